@@ -58,7 +58,7 @@ struct ChunkProblem : KdaOptions {
 };
 
 struct ChunkFwdArgs : ChunkProblem {
-  TensorRef o;            // [B, T, HV, V] dtype of q (output)
+  TensorRef o;            // [B, T, HV, V] any float (output; chunk_kda returns q's dtype)
   TensorRef final_state;  // [N, HV, K, V] (v-first [N, HV, V, K]) f32 | f64; may be undefined
   TensorRef h;            // [B, NT_b, HV, K, V] (v-first [.., V, K]) any float: the state at the
                           // start of every chunk (NT_b = chunks per batch row); may be undefined

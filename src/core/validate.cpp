@@ -387,6 +387,8 @@ Status check_gate_common(const Checker& c, const TensorRef& g, const TensorRef& 
                          const TensorRef& dt_bias, const std::optional<double>& lower_bound) {
   if (!g.defined()) return c.fail("g is undefined; expected [..., HV, K]");
   if (g.ndim < 2) return c.fail(cat("g: rank ", g.ndim, " ", shape_str(g), "; expected rank >= 2 [..., HV, K]"));
+  if (g.size(-2) < 1 || g.size(-1) < 1)
+    return c.fail(cat("g.shape ", shape_str(g), "; expected HV >= 1 and K >= 1 in [..., HV, K]"));
   OPENKDA_RETURN_IF_ERROR(c.float_dtype(g, "g"));
   OPENKDA_RETURN_IF_ERROR(c.placed(g, "g"));
   if (!A_log.defined() && !lower_bound)
