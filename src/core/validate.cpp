@@ -413,6 +413,8 @@ Status validate(const GateBwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(check_gate_common(c, a.g, a.A_log, a.dt_bias, a.lower_bound));
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.dy, "dy", shape_of(a.g), "g.shape [..., HV, K]"));
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.dg, "dg", shape_of(a.g), "g.shape [..., HV, K]"));
+  if (a.dg.dtype != a.g.dtype)
+    return c.fail(cat("dg.dtype ", dtype_name(a.dg.dtype), "; expected g.dtype ", dtype_name(a.g.dtype)));
   OPENKDA_RETURN_IF_ERROR(check_grad_like(c, a.dA_log, "dA_log", a.A_log, "A_log"));
   return check_grad_like(c, a.ddt_bias, "ddt_bias", a.dt_bias, "dt_bias");
 }

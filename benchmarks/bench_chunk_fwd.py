@@ -1,0 +1,273 @@
+"""Benchmark of the chunk_kda forward on CUDA: OpenKDA vs FLA's Triton chunk_kda and the memory floor.
+
+Conditions (issue 3): bf16 q/k/v/g/beta, K = V = 128, the safe gate (lower_bound = -5, A_log and
+dt_bias), q/k l2norm and beta sigmoid in the kernel, an f32 initial state in and the f32 final state
+out ([N, HV, V, K], the model layer's state_v_first layout).
+
+For each case it reports the median ms over --repeat timed calls (CUDA events around each call,
+after --warmup untimed calls), the memory floor (the bytes of q, k, v, g, beta, o and the two
+states at the device-to-device copy bandwidth measured in the same run), FLA 0.6.0's chunk_kda in
+the same run when ``fla`` imports (its relative difference to OpenKDA's o is printed as a sanity
+check), and the issue's bar.
+
+    python benchmarks/bench_chunk_fwd.py                       # table on stdout
+    python benchmarks/bench_chunk_fwd.py --markdown benchmarks/results/h200-$(date +%F).md
+        # also writes the table there and a plot next to it (.png, when matplotlib imports)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    name: str
+    H: int
+    T: int = 0                 # dense: B = 1 row of T tokens
+    seqlens: tuple = ()        # varlen: packed sequences
+    fla_ms: float = 0.0        # "FLA today" column of the issue (H200)
+    bar_ms: float = 0.0        # the issue's bar
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.seqlens) if self.seqlens else self.T
+
+    @property
+    def N(self) -> int:
+        return len(self.seqlens) if self.seqlens else 1
+
+
+CASES = [
+    BenchCase("B1-T8192-H96", H=96, T=8192, fla_ms=3.0, bar_ms=1.0),
+    BenchCase("varlen6-T8192-H96", H=96, seqlens=(1300, 547, 2048, 963, 271, 3063), fla_ms=3.4,
+              bar_ms=1.0),
+    BenchCase("B1-T8192-H64", H=64, T=8192, fla_ms=2.7, bar_ms=0.8),
+    BenchCase("B1-T65536-H16", H=16, T=65536, fla_ms=5.4, bar_ms=2.0),
+    BenchCase("varlen8x4096-H32", H=32, seqlens=(4096,) * 8, fla_ms=3.6, bar_ms=1.2),
+]
+
+K = V = 128
+LOWER_BOUND = -5.0
+
+
+def make_inputs(case: BenchCase, device: str = "cuda", seed: int = 0) -> tuple[list, dict]:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    T, H = case.total_tokens, case.H
+    bf = torch.bfloat16
+
+    def randn(*shape, dtype=bf, scale=1.0):
+        return (scale * torch.randn(*shape, generator=gen, device=device,
+                                    dtype=torch.float32)).to(dtype)
+
+    q = randn(1, T, H, K)
+    k = randn(1, T, H, K)
+    v = randn(1, T, H, V)
+    g = randn(1, T, H, K)        # raw gate
+    beta = randn(1, T, H)        # logits
+    kw = dict(
+        A_log=torch.zeros(H, device=device, dtype=torch.float32),  # the model's safe-gate init
+        dt_bias=randn(H * K, dtype=torch.float32, scale=0.5),
+        initial_state=randn(case.N, H, V, K, dtype=torch.float32, scale=0.5),
+        output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+        use_gate_in_kernel=True,
+        use_beta_sigmoid_in_kernel=True,
+        safe_gate=True,
+        lower_bound=LOWER_BOUND,
+        state_v_first=True,
+    )
+    if case.seqlens:
+        cu = [0]
+        for n in case.seqlens:
+            cu.append(cu[-1] + n)
+        kw["cu_seqlens"] = torch.tensor(cu, dtype=torch.int64, device=device)
+    return [q, k, v, g, beta], kw
+
+
+def floor_bytes(case: BenchCase) -> int:
+    """Bytes every implementation must move: q, k, v, g, beta in, o out (bf16), h0 in, ht out (f32)."""
+    T, H = case.total_tokens, case.H
+    io = 2 * (T * H * (3 * K + V) + T * H + T * H * V)
+    states = 2 * 4 * case.N * H * K * V
+    return io + states
+
+
+def time_ms(fn, warmup: int, repeat: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth(warmup: int, repeat: int) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), 2 GiB buffers."""
+    n = 2 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    ms = time_ms(lambda: dst.copy_(src), warmup, repeat)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / (ms * 1e-3)
+
+
+def load_fla():
+    try:
+        from fla.ops.kda import chunk_kda as fla_chunk_kda  # noqa: WPS433
+        import fla
+        return fla_chunk_kda, getattr(fla, "__version__", "?")
+    except Exception as exc:  # FLA is optional
+        print(f"# FLA not available ({type(exc).__name__}: {exc}); skipping the FLA column",
+              file=sys.stderr)
+        return None, None
+
+
+def rel_rms(ref: torch.Tensor, out: torch.Tensor) -> float:
+    ref, out = ref.double(), out.double()
+    return ((ref - out).pow(2).mean().sqrt() / (ref.pow(2).mean().sqrt() + 1e-8)).item()
+
+
+def git_commit() -> str:
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return subprocess.check_output(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                                       stderr=subprocess.DEVNULL, text=True).strip()
+    except Exception:
+        return "unknown"
+
+
+def run(args) -> tuple:
+    import openkda
+
+    fla_fn, fla_version = (None, None) if args.no_fla else load_fla()
+    bandwidth = copy_bandwidth(args.warmup, args.repeat)
+    print(f"# copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)", file=sys.stderr)
+    rows = []
+    for case in CASES:
+        if args.cases and not any(sel in case.name for sel in args.cases):
+            continue
+        pos, kw = make_inputs(case)
+        with torch.inference_mode():
+            ours = time_ms(lambda: openkda.chunk_kda(*pos, **kw), args.warmup, args.repeat)
+            row = dict(case=case.name, openkda_ms=ours, floor_ms=floor_bytes(case) / bandwidth * 1e3,
+                       fla_ms=None, rel_diff=None, bar_ms=case.bar_ms, fla_issue_ms=case.fla_ms)
+            if fla_fn is not None:
+                call = lambda: fla_fn(*pos, **kw)  # noqa: E731  (A_log, dt_bias via **kwargs)
+                try:
+                    row["fla_ms"] = time_ms(call, args.warmup, args.repeat)
+                    o_fla, _ = call()
+                    o_ours, _ = openkda.chunk_kda(*pos, **kw)
+                    row["rel_diff"] = rel_rms(o_fla, o_ours)
+                except Exception as exc:
+                    print(f"# FLA failed on {case.name}: {type(exc).__name__}: {exc}",
+                          file=sys.stderr)
+        rows.append(row)
+        print(f"# {case.name}: openkda {ours:.3f} ms" +
+              (f", fla {row['fla_ms']:.3f} ms" if row["fla_ms"] else ""), file=sys.stderr)
+        del pos, kw
+        torch.cuda.empty_cache()
+    return rows, bandwidth, fla_version
+
+
+def markdown(rows, bandwidth, fla_version) -> str:
+    props = torch.cuda.get_device_properties(0)
+    lines = [
+        f"# chunk_kda forward, {props.name}, {datetime.date.today().isoformat()}",
+        "",
+        f"commit {git_commit()}; torch {torch.__version__}; CUDA {torch.version.cuda}; "
+        f"FLA {fla_version or 'not installed'}; copy bandwidth {bandwidth / 1e12:.2f} TB/s; "
+        f"host {platform.node()}",
+        "",
+        "bf16, K = V = 128, safe gate (lower_bound = -5) + q/k l2norm + beta sigmoid in kernel, "
+        "f32 state in and out. Median of the timed calls (CUDA events).",
+        "",
+        "| case | OpenKDA ms | FLA ms | speed-up | floor ms | OpenKDA / floor | bar ms | meets bar "
+        "| o rel diff vs FLA |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        fla = f"{r['fla_ms']:.3f}" if r["fla_ms"] else "-"
+        speed = f"{r['fla_ms'] / r['openkda_ms']:.2f}x" if r["fla_ms"] else "-"
+        diff = f"{r['rel_diff']:.2e}" if r["rel_diff"] is not None else "-"
+        lines.append(
+            f"| {r['case']} | {r['openkda_ms']:.3f} | {fla} | {speed} | {r['floor_ms']:.3f} | "
+            f"{r['openkda_ms'] / r['floor_ms']:.1f}x | {r['bar_ms']:.1f} | "
+            f"{'yes' if r['openkda_ms'] <= r['bar_ms'] else 'no'} | {diff} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        print("# matplotlib not available; no plot", file=sys.stderr)
+        return
+    names = [r["case"] for r in rows]
+    x = range(len(rows))
+    width = 0.27
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.bar([i - width for i in x], [r["openkda_ms"] for r in rows], width, label="OpenKDA")
+    ax.bar(list(x), [r["fla_ms"] or 0 for r in rows], width, label="FLA chunk_kda")
+    ax.bar([i + width for i in x], [r["floor_ms"] for r in rows], width, label="memory floor")
+    ax.scatter(list(x), [r["bar_ms"] for r in rows], marker="_", s=600, color="k",
+               label="issue bar", zorder=3)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(names, rotation=15, ha="right")
+    ax.set_ylabel("ms (median)")
+    ax.set_title(f"chunk_kda forward, {torch.cuda.get_device_name(0)}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"# plot written to {path}", file=sys.stderr)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--cases", nargs="*", default=None,
+                        help="substrings of case names to run (default: all)")
+    parser.add_argument("--no-fla", action="store_true", help="skip FLA even when it imports")
+    parser.add_argument("--markdown", default=None, help="write the markdown table to this path")
+    parser.add_argument("--plot", default=None,
+                        help="plot path (default: the markdown path with .png)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("CUDA is not available", file=sys.stderr)
+        return 1
+    rows, bandwidth, fla_version = run(args)
+    table = markdown(rows, bandwidth, fla_version)
+    print(table)
+    if args.markdown:
+        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
+        with open(args.markdown, "w") as f:
+            f.write(table)
+    plot_path = args.plot or (os.path.splitext(args.markdown)[0] + ".png" if args.markdown else None)
+    if plot_path and rows:
+        plot(rows, plot_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

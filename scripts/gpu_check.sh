@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# GPU check of OpenKDA on one CUDA machine (H200: 16 cores, python3 with torch, Triton, nanobind,
+# scikit-build-core, cmake, ninja, nvcc, compute-sanitizer; no network). One command:
+#
+#   bash scripts/gpu_check.sh
+#
+# Steps (status of each in $OUT/summary.md; logs beside it):
+#   1. wheels     optional  pip install --no-deps --no-index $OPENKDA_WHEELS/*.whl (FLA 0.6.0)
+#   2. gtest-src  optional  build GoogleTest from $OPENKDA_GTEST_SRC when none is installed
+#   3. build      REQUIRED  pip install --no-build-isolation . with the CUDA backend (and the
+#                           GoogleTest suite in the same CMake tree, build/gpu)
+#   4. ctest      REQUIRED  GoogleTest suite (ctest in build/gpu)
+#   5. pytest     REQUIRED  pytest -m gpu tests/python ("no tests" is recorded, not a failure)
+#   6. checks     REQUIRED  benchmarks/bench_gate.py --check (fp64 reference, determinism)
+#   7. bench      optional  benchmarks/bench_gate.py (vs FLA when it imports; copy-bandwidth floor)
+#   8. memcheck   optional  compute-sanitizer memcheck on small gate cases (our kernels only)
+#   9. racecheck  optional  compute-sanitizer racecheck on the same cases
+# Exit status: non-zero only when a REQUIRED step fails. Optional steps are skipped when the time
+# left before OPENKDA_GPU_CHECK_DEADLINE (seconds since start, default 540) is too short.
+#
+# Environment:
+#   OUT                      output folder (default ./gpu_check_out)
+#   OPENKDA_WHEELS           folder of wheels to install first (default .whl when it exists)
+#   OPENKDA_GTEST_SRC        GoogleTest source tree (default .deps/googletest when it exists)
+#   OPENKDA_BENCH_ARGS       extra bench_gate.py arguments (e.g. "--quick" or "--no-fla")
+#   OPENKDA_COMMIT           commit id written into the reports when .git did not travel
+#   OPENKDA_SKIP=...         space-separated step names to skip (e.g. "racecheck bench")
+#
+# Carrying files to a machine without network (run here, in the repository root):
+#   FLA wheels:  mkdir -p .whl && cp /path/to/fla_core-0.6.0-*.whl .whl/   (carry ".whl")
+#   GoogleTest:  mkdir -p .deps && cp -r /usr/src/googletest .deps/         (carry ".deps")
+#   CUTLASS/CuTe headers (not needed yet): python3 -m pip download --no-deps nvidia-cutlass -d .deps
+#     && (cd .deps && unzip -q nvidia_cutlass-*.whl 'cutlass_library/source/include/*'), carry
+#     ".deps", and configure with -DCUTLASS_INCLUDE_DIR=$PWD/.deps/cutlass_library/source/include
+#     (for the package: pip install ... -Ccmake.define.CUTLASS_INCLUDE_DIR=...).
+# shellcheck disable=SC2317  # step functions run through run_step (indirectly)
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+OUT="${OUT:-$ROOT/gpu_check_out}"
+mkdir -p "$OUT"
+PYTHON="${PYTHON:-python3}"
+DEADLINE="${OPENKDA_GPU_CHECK_DEADLINE:-540}"
+JOBS="$(nproc 2>/dev/null || echo 16)"
+export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
+export PYTHONUNBUFFERED=1
+export OPENKDA_ENABLE_CUDA=ON
+export OPENKDA_CUDA_ARCHS="${OPENKDA_CUDA_ARCHS:-90a}"
+if [[ -d /usr/local/cuda/bin && ":$PATH:" != *":/usr/local/cuda/bin:"* ]]; then
+  export PATH="$PATH:/usr/local/cuda/bin"
+fi
+COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo "${OPENKDA_COMMIT:-unknown}")"
+export OPENKDA_COMMIT="$COMMIT"
+BUILD_DIR="build/gpu"
+WHEELS="${OPENKDA_WHEELS:-}"
+[[ -z "$WHEELS" && -d .whl ]] && WHEELS=".whl"
+GTEST_SRC="${OPENKDA_GTEST_SRC:-}"
+[[ -z "$GTEST_SRC" && -d .deps/googletest ]] && GTEST_SRC=".deps/googletest"
+GTEST_PREFIX=/tmp/openkda-gtest
+WITH_TESTS=OFF
+# Read by the step functions, which run in child shells.
+export PYTHON WHEELS GTEST_SRC GTEST_PREFIX BUILD_DIR WITH_TESTS
+
+ROWS=()
+REQUIRED_FAILED=0
+declare -A STATUS
+
+# run_step NAME KIND(required|optional) TIMEOUT_S LOG COMMAND...
+run_step() {
+  local name=$1 kind=$2 limit=$3 log=$4
+  shift 4
+  local t=$SECONDS st
+  if [[ " ${OPENKDA_SKIP:-} " == *" $name "* ]]; then
+    st="SKIP (OPENKDA_SKIP)"
+  elif [[ $kind == optional && $((SECONDS + limit)) -gt $DEADLINE ]]; then
+    st="SKIP (time: $((DEADLINE - SECONDS)) s left)"
+  else
+    local left=$((DEADLINE + 50 - SECONDS))
+    ((limit > left)) && limit=$left
+    ((limit < 10)) && limit=10
+    printf '\n==== %s (%s, limit %ss) -> %s ====\n' "$name" "$kind" "$limit" "$log"
+    if declare -F "$1" >/dev/null; then  # a function of this script: run it in a child bash
+      timeout --kill-after=10 "$limit" bash -o pipefail -c "$(declare -f "$1"); $1" \
+        >>"$OUT/$log" 2>&1
+    else
+      timeout --kill-after=10 "$limit" "$@" >>"$OUT/$log" 2>&1
+    fi
+    local rc=$?
+    if [[ $rc -eq 0 ]]; then st=PASS
+    elif [[ $rc -eq 124 || $rc -eq 137 ]]; then st="FAIL (timeout ${limit}s)"
+    elif [[ $rc -eq 5 && $name == pytest ]]; then st="NO TESTS (pytest exit 5)"
+    else st="FAIL (exit $rc)"
+    fi
+    tail -n 25 "$OUT/$log"
+  fi
+  STATUS[$name]="$st"
+  ROWS+=("| $name | $kind | $st | $((SECONDS - t)) | $log |")
+  echo "---- $name: $st ($((SECONDS - t)) s)"
+  if [[ $kind == required && $st == FAIL* ]]; then REQUIRED_FAILED=1; fi
+  return 0
+}
+
+{
+  echo "# gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ), commit $COMMIT)"
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+  nvcc --version 2>&1 | tail -2
+  "$PYTHON" -c "import sys, torch; print('python', sys.version.split()[0], '| torch', \
+torch.__version__, '| cuda', torch.version.cuda, '| device', torch.cuda.get_device_name(0) \
+if torch.cuda.is_available() else 'none')" 2>&1
+  command -v compute-sanitizer || echo "compute-sanitizer: not found"
+  echo '```'
+} >"$OUT/env.txt"
+cat "$OUT/env.txt"
+
+# ---- 1. wheels ---------------------------------------------------------------------------------
+install_wheels() {
+  shopt -s nullglob
+  local whl=("$WHEELS"/*.whl)
+  [[ ${#whl[@]} -gt 0 ]] || { echo "no wheels in $WHEELS"; return 1; }
+  "$PYTHON" -m pip install --no-deps --no-index --no-cache-dir "${whl[@]}"
+  "$PYTHON" -c "import fla, fla.ops.kda.gate; print('fla', fla.__version__)"
+}
+if [[ -n "$WHEELS" ]]; then
+  run_step wheels optional 120 build.log install_wheels
+else
+  STATUS[wheels]="SKIP (no OPENKDA_WHEELS, no .whl)"
+  ROWS+=("| wheels | optional | ${STATUS[wheels]} | 0 | - |")
+fi
+
+# ---- 2. GoogleTest -----------------------------------------------------------------------------
+have_gtest() {
+  [[ -f /usr/include/gtest/gtest.h || -f /usr/local/include/gtest/gtest.h \
+     || -f $GTEST_PREFIX/include/gtest/gtest.h ]]
+}
+build_gtest() {
+  cmake -S "$GTEST_SRC" -B /tmp/openkda-gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DBUILD_GMOCK=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_PREFIX="$GTEST_PREFIX" \
+    && cmake --build /tmp/openkda-gtest-build && cmake --install /tmp/openkda-gtest-build
+}
+if have_gtest; then
+  STATUS[gtest-src]="SKIP (GoogleTest installed)"
+elif [[ -n "$GTEST_SRC" ]]; then
+  run_step gtest-src optional 180 build.log build_gtest
+else
+  STATUS[gtest-src]="SKIP (no GoogleTest and no OPENKDA_GTEST_SRC)"
+fi
+have_gtest && WITH_TESTS=ON
+
+# ---- 3. build ----------------------------------------------------------------------------------
+build_package() {
+  "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -v \
+    -Cbuild-dir="$BUILD_DIR" \
+    -Ccmake.define.OPENKDA_ENABLE_CUDA=ON \
+    -Ccmake.define.OPENKDA_CUDA_ARCHS="$OPENKDA_CUDA_ARCHS" \
+    -Ccmake.define.OPENKDA_BUILD_TESTS="$WITH_TESTS" \
+    -Ccmake.define.GTest_ROOT="$GTEST_PREFIX" \
+    . || return 1
+  "$PYTHON" -c "import openkda; c = openkda.build_config(); print('build_config', c); \
+assert c.get('cuda'), 'openkda was built without CUDA'"
+}
+run_step build required 420 build.log build_package
+
+# ptxas resource report of our kernels (from the verbose build log).
+ptxas_summary() {
+  "$PYTHON" - "$OUT/build.log" <<'EOF'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+entries = re.findall(r"Compiling entry function '(\w+)' for '(\w+)'.*?Used (\d+) registers"
+                     r"(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?", text, re.S)
+spills = [l for l in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
+          if l != ("0", "0")]
+if not entries:
+    print("ptxas: no resource report found"); sys.exit(0)
+regs = [int(e[2]) for e in entries]
+archs = sorted({e[1] for e in entries})
+print(f"ptxas: {len(entries)} kernels for {', '.join(archs)}; registers {min(regs)}..{max(regs)}; "
+      f"non-zero spills: {len(spills)}")
+EOF
+}
+
+# ---- 4. ctest ----------------------------------------------------------------------------------
+if [[ ${STATUS[build]} == PASS && $WITH_TESTS == ON ]]; then
+  run_step ctest required 240 gtest.log ctest --test-dir "$BUILD_DIR" --output-on-failure \
+    --parallel "$JOBS"
+elif [[ $WITH_TESTS == OFF ]]; then
+  STATUS[ctest]="SKIP (GoogleTest not available: carry .deps/googletest)"
+  ROWS+=("| ctest | required | ${STATUS[ctest]} | 0 | - |")
+else
+  STATUS[ctest]="SKIP (build failed)"
+  ROWS+=("| ctest | required | ${STATUS[ctest]} | 0 | - |")
+fi
+
+# ---- 5-9. Python-level steps (need the package) ------------------------------------------------
+SANITIZE_PY='
+import torch, openkda
+torch.manual_seed(0)
+for shape, lb, dt in [((2, 33, 4, 64), None, torch.bfloat16), ((1, 37, 3, 100), -5.0, torch.float32),
+                      ((3, 5, 2, 8), -1.0, torch.float16)]:
+    HV, K = shape[-2:]
+    for unaligned in (False, True):
+        g = torch.randn(shape, device="cuda").to(dt)
+        if unaligned:
+            buf = torch.empty(g.numel() + 1, dtype=dt, device="cuda"); buf[1:].copy_(g.flatten())
+            g = buf[1:].view(shape)
+        g.requires_grad_(True)
+        A = torch.randn(HV, device="cuda", requires_grad=True)
+        b = torch.randn(HV * K, device="cuda", requires_grad=True)
+        y = openkda.fused_kda_gate(g, A, b, lower_bound=lb)
+        y.backward(torch.randn_like(y))
+torch.cuda.synchronize()
+print("sanitizer workload done")
+'
+if [[ ${STATUS[build]} == PASS ]]; then
+  run_step pytest required 240 pytest.log \
+    bash -c "cd '$BUILD_DIR' && '$PYTHON' -m pytest '$ROOT/tests/python' -m gpu -q -rs"
+  run_step checks required 180 bench.log "$PYTHON" benchmarks/bench_gate.py --check
+  # shellcheck disable=SC2086
+  run_step bench optional 200 bench.log "$PYTHON" benchmarks/bench_gate.py \
+      --markdown --results-dir "$OUT" --summary /tmp/openkda-bench-table.md \
+    ${OPENKDA_BENCH_ARGS:-}
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    run_step memcheck optional 150 sanitizer.log compute-sanitizer --tool memcheck \
+      --kernel-name kns=openkda_ --error-exitcode 3 "$PYTHON" -c "$SANITIZE_PY"
+    run_step racecheck optional 150 sanitizer.log compute-sanitizer --tool racecheck \
+      --racecheck-report all --kernel-name kns=openkda_ --error-exitcode 3 \
+      "$PYTHON" -c "$SANITIZE_PY"
+  else
+    ROWS+=("| memcheck | optional | SKIP (no compute-sanitizer) | 0 | - |")
+  fi
+else
+  ROWS+=("| pytest, checks, bench, sanitizer | - | SKIP (build failed) | 0 | - |")
+fi
+
+# ---- summary -----------------------------------------------------------------------------------
+{
+  cat "$OUT/env.txt"
+  echo
+  echo "GoogleTest source: ${STATUS[gtest-src]:-built from $GTEST_SRC}; suite built: $WITH_TESTS"
+  [[ -f "$OUT/build.log" ]] && ptxas_summary
+  echo
+  echo "| step | kind | status | seconds | log |"
+  echo "|---|---|---|---:|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  [[ -f "$OUT/gtest.log" ]] && grep -E "tests passed|tests failed" "$OUT/gtest.log" | tail -1 \
+    | sed 's/^/ctest: /'
+  [[ -f "$OUT/pytest.log" ]] && grep -E "passed|failed|skipped|error|no tests ran" \
+    "$OUT/pytest.log" | tail -1 | sed 's/^/pytest: /'
+  echo
+  if [[ -f "$OUT/bench.log" ]] && grep -q "^gate checks:" "$OUT/bench.log"; then
+    echo "## gate checks"
+    echo
+    echo '```'
+    sed -n '/^case /,/^gate checks:/p' "$OUT/bench.log"
+    echo '```'
+  fi
+  if [[ -f /tmp/openkda-bench-table.md ]]; then
+    echo
+    echo "## benchmark (fused_kda_gate)"
+    echo
+    cat /tmp/openkda-bench-table.md
+  fi
+  echo
+  if [[ $REQUIRED_FAILED -eq 0 ]]; then
+    echo "RESULT: PASS (required steps passed; $SECONDS s)"
+  else
+    echo "RESULT: FAIL (a required step failed; $SECONDS s)"
+  fi
+} >"$OUT/summary.md"
+rm -f "$OUT/env.txt"
+
+echo
+cat "$OUT/summary.md"
+exit "$REQUIRED_FAILED"

@@ -1,0 +1,54 @@
+// Runtime dtype -> compile-time storage type: the one place where the CUDA backend turns a
+// TensorRef's DType into a template argument.
+//
+//   dispatch_float(dtype, [&](auto tag) { using T = typename decltype(tag)::type; ... });
+//
+// The functor returns Status; a dtype without a compiled variant returns kNotSupported listing
+// the compiled ones (the core's can_implement normally rejects it first).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <utility>
+
+#include "openkda/status.h"
+#include "openkda/tensor_ref.h"
+
+namespace openkda::cuda {
+
+// Local twin of openkda::dtype_name (defined in the core library, which links after this one).
+inline const char* dtype_label(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+    default: return "undefined";
+  }
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Storage types of float tensors: f16, bf16, f32, f64.
+template <typename Fn>
+Status dispatch_float(DType dtype, const char* op, const char* argument, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF16: return std::forward<Fn>(fn)(TypeTag<__half>{});
+    case DType::kBF16: return std::forward<Fn>(fn)(TypeTag<__nv_bfloat16>{});
+    case DType::kF32: return std::forward<Fn>(fn)(TypeTag<float>{});
+    case DType::kF64: return std::forward<Fn>(fn)(TypeTag<double>{});
+    default:
+      return Status::NotSupported(std::string(op) + ": " + argument + ": dtype " +
+                                  dtype_label(dtype) + "; expected f16, bf16, f32 or f64 on CUDA");
+  }
+}
+
+}  // namespace openkda::cuda

@@ -1,0 +1,70 @@
+// Explicit-precision device math shared by every kernel family.
+//
+// NOTE: the library is built without --use_fast_math. Every special function below names the
+// precision it uses, so a kernel's numerics never depend on global compiler flags:
+//   exp_f32, log1p_f32   CUDA's accurate single-precision expf / log1pf (max 2 ulp), not the
+//                        __expf / __logf approximations.
+//   reciprocal           IEEE round-to-nearest 1/x (__frcp_rn): bitwise equal to 1.0f / x.
+// Storage types are f16 (__half), bf16 (__nv_bfloat16), f32 and f64; arithmetic is f32, as in
+// FLA's Triton kernels, and every store rounds to nearest even.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace openkda::cuda {
+
+// ---- storage <-> f32 --------------------------------------------------------------------------
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(double x) {
+  return __double2float_rn(x);
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ double from_f32<double>(float x) {
+  return static_cast<double>(x);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// ---- activations (f32) ------------------------------------------------------------------------
+__device__ __forceinline__ float exp_f32(float x) {
+  return expf(x);
+}
+__device__ __forceinline__ float log1p_f32(float x) {
+  return log1pf(x);
+}
+
+// sigmoid(x) = 1 / (1 + exp(-x)); exp(-x) -> inf for x < -88 gives exactly 0, never NaN.
+__device__ __forceinline__ float sigmoid_f32(float x) {
+  return __frcp_rn(1.0f + exp_f32(-x));
+}
+
+// softplus(x) = log(1 + exp(x)), and x itself above the threshold 20 (FLA's and torch's
+// F.softplus threshold): there log1p(exp(x)) - x < 2.1e-9, below f32 resolution of x.
+__device__ __forceinline__ float softplus_f32(float x) {
+  constexpr float kSoftplusThreshold = 20.0f;
+  return x > kSoftplusThreshold ? x : log1p_f32(exp_f32(x));
+}
+
+}  // namespace openkda::cuda
