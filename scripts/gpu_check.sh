@@ -47,6 +47,11 @@ export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
 export PYTHONUNBUFFERED=1
 export OPENKDA_ENABLE_CUDA=ON
 export OPENKDA_CUDA_ARCHS="${OPENKDA_CUDA_ARCHS:-90a}"
+# The H200 image's default CXX links libstdc++ statically into shared objects; next to torch's
+# shared libstdc++ that breaks C++ runtime state in openkda._C. Build with the system compilers.
+if [[ -x /usr/bin/g++ && -x /usr/bin/gcc ]]; then
+  export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+fi
 if [[ -d /usr/local/cuda/bin && ":$PATH:" != *":/usr/local/cuda/bin:"* ]]; then
   export PATH="$PATH:/usr/local/cuda/bin"
 fi

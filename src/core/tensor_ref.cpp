@@ -1,7 +1,6 @@
 // TensorRef helpers: element counts, contiguity, names used in error messages.
 #include "openkda/tensor_ref.h"
 
-#include <sstream>
 
 namespace openkda {
 
@@ -12,6 +11,7 @@ int64_t TensorRef::numel() const {
 }
 
 bool TensorRef::is_contiguous() const {
+  if (numel() == 0) return true;  // no element is addressed: any strides describe it
   int64_t expected = 1;
   for (int d = ndim - 1; d >= 0; --d) {
     if (shape[d] != 1 && stride[d] != expected) return false;
@@ -75,12 +75,10 @@ const char* dtype_name(DType dtype) {
 
 const char* device_name(DeviceType t) { return t == DeviceType::kCUDA ? "cuda" : "cpu"; }
 
-std::string shape_str(const TensorRef& t) {
-  std::ostringstream os;
-  os << '[';
-  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.shape[d];
-  os << ']';
-  return os.str();
+std::string shape_str(const TensorRef& t) {  // no iostreams: see core/validate.cpp
+  std::string out = "[";
+  for (int d = 0; d < t.ndim; ++d) out += (d ? ", " : "") + std::to_string(t.shape[d]);
+  return out + "]";
 }
 
 }  // namespace openkda

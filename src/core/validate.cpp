@@ -2,7 +2,8 @@
 #include "core/validate.h"
 
 #include <cmath>
-#include <sstream>
+#include <cstdio>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -11,27 +12,41 @@
 namespace openkda {
 namespace {
 
+// Message building without iostreams: the core can be linked into a host whose C++ runtime
+// differs from the one it was compiled against (a statically linked libstdc++ next to torch's
+// shared one), where iostream locale state is not safe to share.
+std::string str(const std::string& s) { return s; }
+std::string str(const char* s) { return s; }
+std::string str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+std::string str(I v) {
+  return std::to_string(v);
+}
+
 template <class... Ts>
 std::string cat(const Ts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
+  std::string out;
+  ((out += str(parts)), ...);
+  return out;
 }
 
 std::string dev_str(const Device& d) { return cat(device_name(d.type), ":", d.index); }
 
 std::string dims_str(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << ']';
-  return os.str();
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
 }
 
 // Checks shared by all tensors of one op: one device, contiguous, the expected rank and shape.
 class Checker {
  public:
-  Checker(const char* op, Device device) : op_(op), device_(device) {}
+  // `ref` names the tensor whose device every other tensor must share.
+  Checker(const char* op, Device device, const char* ref = "q") : op_(op), ref_(ref), device_(device) {}
 
   Status fail(const std::string& msg) const {
     return Status::InvalidArgument(cat(op_, ": ", msg));
@@ -46,7 +61,7 @@ class Checker {
 
   Status placed(const TensorRef& t, const char* name) const {
     if (t.device != device_)
-      return fail(cat(name, ".device ", dev_str(t.device), "; expected q.device ", dev_str(device_)));
+      return fail(cat(name, ".device ", dev_str(t.device), "; expected ", ref_, ".device ", dev_str(device_)));
     if (!t.is_contiguous())
       return fail(cat(name, ": non-contiguous strides; expected a contiguous row-major tensor"));
     if (t.numel() > 0 && t.data == nullptr) return fail(cat(name, ": null data pointer"));
@@ -89,6 +104,7 @@ class Checker {
 
  private:
   const char* op_;
+  const char* ref_;
   Device device_;
 };
 
@@ -403,13 +419,13 @@ std::vector<int64_t> shape_of(const TensorRef& t) { return std::vector<int64_t>(
 }  // namespace
 
 Status validate(const GateFwdArgs& a) {
-  Checker c("fused_kda_gate", a.g.device);
+  Checker c("fused_kda_gate", a.g.device, "g");
   OPENKDA_RETURN_IF_ERROR(check_gate_common(c, a.g, a.A_log, a.dt_bias, a.lower_bound));
   return c.tensor(a.y, "y", shape_of(a.g), "g.shape [..., HV, K]");
 }
 
 Status validate(const GateBwdArgs& a) {
-  Checker c("fused_kda_gate_bwd", a.g.device);
+  Checker c("fused_kda_gate_bwd", a.g.device, "g");
   OPENKDA_RETURN_IF_ERROR(check_gate_common(c, a.g, a.A_log, a.dt_bias, a.lower_bound));
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.dy, "dy", shape_of(a.g), "g.shape [..., HV, K]"));
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.dg, "dg", shape_of(a.g), "g.shape [..., HV, K]"));

@@ -1,0 +1,79 @@
+"""Runtime settings of the CPU backend and the bridge to the compiled core (``openkda._C``).
+
+CPU precision
+    The CPU backend computes in fp32 by default (as the GPU accumulates). Tests and the
+    ``python -m openkda`` checker switch it to fp64 either with the environment variable
+    ``OPENKDA_CPU_PRECISION=f64`` (read at import) or locally::
+
+        with openkda.cpu_precision("f64"):
+            o, ht = openkda.chunk_kda(...)
+
+    In fp64 mode, state outputs of CPU calls (``final_state``, ``dh0``) are fp64 instead of fp32.
+    The setting is ignored on CUDA (always fp32 accumulation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Iterator
+
+import torch
+
+from . import _C
+
+_PRECISIONS = ("f32", "f64")
+_state = threading.local()
+_default_precision = os.environ.get("OPENKDA_CPU_PRECISION", "f32")
+if _default_precision not in _PRECISIONS:
+    raise ValueError(
+        f"OPENKDA_CPU_PRECISION = {_default_precision!r}; expected one of {_PRECISIONS}"
+    )
+
+
+def get_cpu_precision() -> str:
+    """The CPU backend's compute precision for calls made now: ``"f32"`` or ``"f64"``."""
+    return getattr(_state, "precision", _default_precision)
+
+
+@contextlib.contextmanager
+def cpu_precision(precision: str) -> Iterator[None]:
+    """Context manager selecting the CPU backend's compute precision (``"f32"`` or ``"f64"``)."""
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision = {precision!r}; expected one of {_PRECISIONS}")
+    previous = get_cpu_precision()
+    _state.precision = precision
+    try:
+        yield
+    finally:
+        _state.precision = previous
+
+
+def state_dtype(device: torch.device, precision: str) -> torch.dtype:
+    """dtype of state outputs: fp32, or fp64 for CPU calls in fp64 precision."""
+    return torch.float64 if (precision == "f64" and device.type == "cpu") else torch.float32
+
+
+def run_core(op: str, device: torch.device, tensors: dict, options: dict) -> None:
+    """Validates, allocates the workspace and runs one core op on the current stream.
+
+    ``tensors`` maps the core's Args field names to tensors (or None); every tensor must be
+    contiguous and must not require grad (DLPack cannot export those).
+    """
+    nbytes = getattr(_C, op + "_workspace_bytes")(tensors, options)
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            stream = torch.cuda.current_stream(device).cuda_stream
+            getattr(_C, op)(tensors, options, workspace, stream)
+    else:
+        getattr(_C, op)(tensors, options, workspace, 0)
+
+
+def build_config() -> dict:
+    """Optional parts compiled into this build.
+
+    Returns ``{'cuda': bool, 'cuda_archs': str, 'version': str}``.
+    """
+    return dict(_C.build_config())

@@ -1,0 +1,378 @@
+"""torch.library custom ops over the C++ core (namespace ``openkda``).
+
+=====================  =====================================================================
+op                     role
+=====================  =====================================================================
+openkda::chunk_fwd     chunk_kda forward -> (o, final_state, h); autograd via chunk_bwd
+openkda::chunk_bwd     chunk_kda backward -> (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0)
+openkda::recurrent_fwd fused_recurrent_kda forward; writes o, final_state and (in place) the
+                       state pool; returns nothing
+openkda::gate_fwd      fused_kda_gate forward -> y; autograd via gate_bwd
+openkda::gate_bwd      fused_kda_gate backward -> (dg, dA_log, ddt_bias)
+=====================  =====================================================================
+
+Custom ops cannot return None: outputs that were not requested come back as empty tensors
+(``numel() == 0``) and the public wrappers map them back to None. Each op allocates its outputs
+and its workspace with torch, makes every input contiguous (``.detach().contiguous()``: a no-op
+for contiguous tensors) and calls ``openkda._C`` on the current CUDA stream (0 on CPU). Options
+are keyword-only arguments; ``setup_context`` reads inputs by name.
+"""
+
+import inspect
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ._config import run_core, state_dtype
+
+__all__ = ["chunk_fwd", "chunk_bwd", "recurrent_fwd", "gate_fwd", "gate_bwd"]
+
+
+def _c(t: Optional[Tensor]) -> Optional[Tensor]:
+    """Detached contiguous view (DLPack cannot export tensors that require grad)."""
+    return None if t is None else t.detach().contiguous()
+
+
+def _empty(like: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """The placeholder for an output that was not requested."""
+    return like.new_empty(0, dtype=dtype or like.dtype)
+
+
+def _state_shape(n: int, hv: int, k: int, v: int, v_first: bool) -> tuple:
+    return (n, hv, v, k) if v_first else (n, hv, k, v)
+
+
+def _num_seqs(q: Tensor, cu_seqlens: Optional[Tensor]) -> int:
+    return q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+
+
+def _check_rank(op: str, name: str, t: Optional[Tensor], ndim: int, layout: str) -> None:
+    """The core's rank message, raised before the shapes are used to allocate outputs."""
+    if t is not None and t.dim() != ndim:
+        raise ValueError(f"{op}: {name}: rank {t.dim()} {list(t.shape)}; expected rank {ndim} "
+                         f"{layout}")
+
+
+def _check_chunk_ranks(op: str, q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Optional[Tensor]):
+    _check_rank(op, "q", q, 4, "[B, T, H, K]")
+    _check_rank(op, "k", k, 4, "[B, T, H, K]")
+    _check_rank(op, "v", v, 4, "[B, T, HV, V]")
+    _check_rank(op, "cu_seqlens", cu_seqlens, 1, "[N + 1]")
+
+
+def _named(signature: inspect.Signature, inputs: tuple, keyword_only_inputs: dict) -> dict:
+    """All arguments of one op call by name (what setup_context reads)."""
+    bound = signature.bind(*inputs, **keyword_only_inputs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+# ------------------------------------------------------------------------------------------------
+# chunk_kda
+# ------------------------------------------------------------------------------------------------
+
+_CHUNK_OPTIONS = (
+    "scale", "use_qk_l2norm_in_kernel", "use_gate_in_kernel", "use_beta_sigmoid_in_kernel",
+    "allow_neg_eigval", "lower_bound", "safe_gate", "chunk_size", "state_v_first", "precision",
+    "algorithm",
+)
+
+
+def _chunk_fwd(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+    A_log: Optional[Tensor], dt_bias: Optional[Tensor], initial_state: Optional[Tensor],
+    cu_seqlens: Optional[Tensor],
+    *,
+    scale: float,
+    output_final_state: bool = False,
+    num_h_chunks: int = -1,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    lower_bound: Optional[float] = None,
+    safe_gate: bool = False,
+    chunk_size: int = 64,
+    state_v_first: bool = False,
+    precision: str = "f32",
+    algorithm: str = "chunked",
+) -> tuple[Tensor, Tensor, Tensor]:
+    """chunk_kda forward.
+
+    q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g ``[B, T, HV, K]``; beta ``[B, T, HV]``;
+    A_log HV elements; dt_bias ``[HV * K]``; initial_state ``[N, HV, K, V]`` (``[N, HV, V, K]``
+    when state_v_first); cu_seqlens ``[N + 1]`` i32 | i64.
+    Returns o ``[B, T, HV, V]`` (q's dtype), final_state ``[N, HV, K, V]`` f32 (f64 on CPU in f64
+    precision; empty unless output_final_state) and h ``[B, num_h_chunks, HV, K, V]`` in k's dtype
+    (empty when num_h_chunks < 0).
+    """
+    opts = locals()
+    _check_chunk_ranks("chunk_kda", q, k, v, cu_seqlens)
+    out = _chunk_fwd_alloc(q, k, v, cu_seqlens, opts)
+    o, final_state, h = out
+    if cu_seqlens is not None and q.is_cuda:
+        o.zero_()  # rows past cu_seqlens[-1] (padding) read as 0, as FLA's zero-filled output
+    tensors = dict(
+        q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
+        initial_state=_c(initial_state), cu_seqlens=_c(cu_seqlens), o=o,
+        final_state=final_state if output_final_state else None,
+        h=h if num_h_chunks >= 0 else None,
+    )
+    run_core("chunk_fwd", q.device, tensors, {n: opts[n] for n in _CHUNK_OPTIONS})
+    return out
+
+
+def _chunk_fwd_alloc(q, k, v, cu_seqlens, opts):
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    v_first = opts["state_v_first"]
+    sdt = state_dtype(q.device, opts["precision"])
+    o = q.new_empty((B, T, HV, V))
+    if opts["output_final_state"]:
+        final_state = q.new_empty(
+            _state_shape(_num_seqs(q, cu_seqlens), HV, K, V, v_first), dtype=sdt)
+    else:
+        final_state = _empty(q, sdt)
+    if opts["num_h_chunks"] >= 0:
+        h = k.new_empty((B, opts["num_h_chunks"]) + ((HV, V, K) if v_first else (HV, K, V)))
+    else:
+        h = _empty(k)
+    return o, final_state, h
+
+
+def _chunk_bwd(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+    A_log: Optional[Tensor], dt_bias: Optional[Tensor], initial_state: Optional[Tensor],
+    cu_seqlens: Optional[Tensor], do: Tensor, dht: Optional[Tensor],
+    *,
+    scale: float,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    lower_bound: Optional[float] = None,
+    safe_gate: bool = False,
+    chunk_size: int = 64,
+    state_v_first: bool = False,
+    precision: str = "f32",
+    algorithm: str = "chunked",
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """chunk_kda backward (recomputes the forward intermediates).
+
+    do ``[B, T, HV, V]``; dht: state-shaped, may be None. Returns dq, dk ``[B, T, H, K]``,
+    dv ``[B, T, HV, V]``, dg ``[B, T, HV, K]`` (w.r.t. the raw gate in kernel-gate mode), dbeta
+    ``[B, T, HV]`` (w.r.t. the logits with in-kernel sigmoid), each in its input's dtype;
+    dA_log (A_log's shape and dtype), ddt_bias ``[HV * K]`` (dt_bias's dtype) and dh0
+    (state-shaped, f32, f64 on CPU in f64 precision) or empty tensors for absent inputs.
+    """
+    opts = locals()
+    _check_chunk_ranks("chunk_kda_bwd", q, k, v, cu_seqlens)
+    grads = _chunk_bwd_alloc(q, k, v, g, beta, A_log, dt_bias, initial_state, opts)
+    dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0 = grads
+    tensors = dict(
+        q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
+        initial_state=_c(initial_state), cu_seqlens=_c(cu_seqlens), d_o=_c(do), dht=_c(dht),
+        dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta,
+        dA_log=dA_log if A_log is not None else None,
+        ddt_bias=ddt_bias if dt_bias is not None else None,
+        dh0=dh0 if initial_state is not None else None,
+    )
+    run_core("chunk_bwd", q.device, tensors, {n: opts[n] for n in _CHUNK_OPTIONS})
+    return grads
+
+
+def _chunk_bwd_alloc(q, k, v, g, beta, A_log, dt_bias, initial_state, opts):
+    sdt = state_dtype(q.device, opts["precision"])
+    dA_log = torch.empty_like(A_log, memory_format=torch.contiguous_format) \
+        if A_log is not None else _empty(q, torch.float32)
+    ddt_bias = dt_bias.new_empty(dt_bias.numel()) if dt_bias is not None \
+        else _empty(q, torch.float32)
+    dh0 = initial_state.new_empty(initial_state.shape, dtype=sdt) if initial_state is not None \
+        else _empty(q, sdt)
+    return (
+        q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
+        beta.new_empty(beta.shape), dA_log, ddt_bias, dh0,
+    )
+
+
+_CHUNK_FWD_SIG = inspect.signature(_chunk_fwd)
+_CHUNK_BWD_SIG = inspect.signature(_chunk_bwd)
+chunk_fwd = torch.library.custom_op("openkda::chunk_fwd", _chunk_fwd, mutates_args=())
+chunk_bwd = torch.library.custom_op("openkda::chunk_bwd", _chunk_bwd, mutates_args=())
+
+
+@chunk_fwd.register_fake
+def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, **opts):
+    full = _named(_CHUNK_FWD_SIG, (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens),
+                  opts)
+    return _chunk_fwd_alloc(q, k, v, cu_seqlens, full)
+
+
+@chunk_bwd.register_fake
+def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, do, dht, **opts):
+    full = _named(_CHUNK_BWD_SIG,
+                  (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, do, dht), opts)
+    return _chunk_bwd_alloc(q, k, v, g, beta, A_log, dt_bias, initial_state, full)
+
+
+def _chunk_setup_context(ctx, inputs, keyword_only_inputs, output):
+    a = _named(_CHUNK_FWD_SIG, inputs, keyword_only_inputs)
+    ctx.save_for_backward(a["q"], a["k"], a["v"], a["g"], a["beta"], a["A_log"], a["dt_bias"],
+                          a["initial_state"], a["cu_seqlens"])
+    ctx.options = {n: a[n] for n in _CHUNK_OPTIONS}
+    ctx.output_final_state = a["output_final_state"]
+
+
+def _chunk_backward(ctx, do, dht, dh):
+    q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens = ctx.saved_tensors
+    if not ctx.output_final_state:
+        dht = None
+    dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0 = chunk_bwd(
+        q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, do, dht, **ctx.options)
+    return (
+        dq, dk, dv, dg, dbeta,
+        dA_log.view(A_log.shape) if A_log is not None else None,
+        ddt_bias.view(dt_bias.shape) if dt_bias is not None else None,
+        dh0.to(initial_state.dtype) if initial_state is not None else None,
+        None,
+    )
+
+
+chunk_fwd.register_autograd(_chunk_backward, setup_context=_chunk_setup_context)
+
+
+# ------------------------------------------------------------------------------------------------
+# fused_recurrent_kda
+# ------------------------------------------------------------------------------------------------
+
+_RECURRENT_OPTIONS = (
+    "scale", "use_qk_l2norm_in_kernel", "use_gate_in_kernel", "use_beta_sigmoid_in_kernel",
+    "allow_neg_eigval", "lower_bound", "state_v_first", "inplace_final_state", "precision",
+)
+
+
+def _write_back(dst: Optional[Tensor], src: Optional[Tensor]) -> None:
+    if dst is not None and src is not None and src.data_ptr() != dst.data_ptr():
+        dst.copy_(src)
+
+
+@torch.library.custom_op(
+    "openkda::recurrent_fwd", mutates_args=("initial_state", "o", "final_state"))
+def recurrent_fwd(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+    A_log: Optional[Tensor], dt_bias: Optional[Tensor], initial_state: Optional[Tensor],
+    cu_seqlens: Optional[Tensor], ssm_state_indices: Optional[Tensor],
+    num_accepted_tokens: Optional[Tensor], o: Tensor, final_state: Optional[Tensor],
+    *,
+    scale: float,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    lower_bound: Optional[float] = None,
+    state_v_first: bool = False,
+    inplace_final_state: bool = False,
+    precision: str = "f32",
+) -> None:
+    """fused_recurrent_kda forward; writes ``o`` ``[B, T, HV, V]`` and, not in place,
+    ``final_state`` (``[N, HV, K, V]``, or per token ``[B * T, HV, K, V]`` with
+    ssm_state_indices), or, in place, the slots of ``initial_state`` (the pool). Buffers that are
+    not contiguous are computed in a contiguous copy and copied back.
+    """
+    opts = locals()
+    pool = _c(initial_state)
+    o_c = o.contiguous()
+    fs_c = final_state.contiguous() if final_state is not None else None
+    tensors = dict(
+        q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
+        initial_state=pool, cu_seqlens=_c(cu_seqlens), ssm_state_indices=_c(ssm_state_indices),
+        num_accepted_tokens=_c(num_accepted_tokens), o=o_c.detach(),
+        final_state=fs_c.detach() if fs_c is not None else None,
+    )
+    run_core("recurrent_fwd", q.device, tensors, {n: opts[n] for n in _RECURRENT_OPTIONS})
+    _write_back(o, o_c)
+    _write_back(final_state, fs_c)
+    if inplace_final_state:
+        _write_back(initial_state, pool)
+
+
+@recurrent_fwd.register_fake
+def _(*args, **kwargs):
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# fused_kda_gate
+# ------------------------------------------------------------------------------------------------
+
+def _gate_fwd(
+    g: Tensor, A_log: Optional[Tensor], dt_bias: Optional[Tensor],
+    *,
+    lower_bound: Optional[float] = None,
+    output_dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """fused_kda_gate forward: g ``[..., HV, K]`` -> y ``[..., HV, K]`` in output_dtype."""
+    y = g.new_empty(g.shape, dtype=output_dtype)
+    run_core("gate_fwd", g.device,
+             dict(g=_c(g), A_log=_c(A_log), dt_bias=_c(dt_bias), y=y),
+             dict(lower_bound=lower_bound))
+    return y
+
+
+_GATE_FWD_SIG = inspect.signature(_gate_fwd)
+gate_fwd = torch.library.custom_op("openkda::gate_fwd", _gate_fwd, mutates_args=())
+
+
+@gate_fwd.register_fake
+def _(g, A_log, dt_bias, *, lower_bound=None, output_dtype=torch.float32):
+    return g.new_empty(g.shape, dtype=output_dtype)
+
+
+@torch.library.custom_op("openkda::gate_bwd", mutates_args=())
+def gate_bwd(
+    g: Tensor, A_log: Optional[Tensor], dt_bias: Optional[Tensor], dy: Tensor,
+    *,
+    lower_bound: Optional[float] = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """fused_kda_gate backward -> dg (g's shape and dtype), dA_log (A_log's shape and dtype),
+    ddt_bias ``[HV * K]`` (dt_bias's dtype); empty tensors for absent A_log / dt_bias."""
+    dg, dA_log, ddt_bias = _gate_bwd_alloc(g, A_log, dt_bias)
+    run_core("gate_bwd", g.device,
+             dict(g=_c(g), A_log=_c(A_log), dt_bias=_c(dt_bias), dy=_c(dy), dg=dg,
+                  dA_log=dA_log if A_log is not None else None,
+                  ddt_bias=ddt_bias if dt_bias is not None else None),
+             dict(lower_bound=lower_bound))
+    return dg, dA_log, ddt_bias
+
+
+def _gate_bwd_alloc(g, A_log, dt_bias):
+    dA_log = torch.empty_like(A_log, memory_format=torch.contiguous_format) \
+        if A_log is not None else _empty(g, torch.float32)
+    ddt_bias = dt_bias.new_empty(dt_bias.numel()) if dt_bias is not None \
+        else _empty(g, torch.float32)
+    return g.new_empty(g.shape), dA_log, ddt_bias
+
+
+@gate_bwd.register_fake
+def _(g, A_log, dt_bias, dy, *, lower_bound=None):
+    return _gate_bwd_alloc(g, A_log, dt_bias)
+
+
+def _gate_setup_context(ctx, inputs, keyword_only_inputs, output):
+    a = _named(_GATE_FWD_SIG, inputs, keyword_only_inputs)
+    ctx.save_for_backward(a["g"], a["A_log"], a["dt_bias"])
+    ctx.lower_bound = a["lower_bound"]
+
+
+def _gate_backward(ctx, dy):
+    g, A_log, dt_bias = ctx.saved_tensors
+    dg, dA_log, ddt_bias = gate_bwd(g, A_log, dt_bias, dy, lower_bound=ctx.lower_bound)
+    return (
+        dg,
+        dA_log.view(A_log.shape) if A_log is not None else None,
+        ddt_bias.view(dt_bias.shape) if dt_bias is not None else None,
+    )
+
+
+gate_fwd.register_autograd(_gate_backward, setup_context=_gate_setup_context)
