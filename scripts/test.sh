@@ -7,8 +7,9 @@
 # 2. installs the Python package from this checkout (`pip install .`, as a user would);
 # 3. runs the Python tests (tests/python) with pytest.
 #
-# Needs: cmake >= 3.24, ninja (or make), a C++17 compiler, GoogleTest (libgtest-dev), python3 with
-# pip, torch, numpy and pytest. GPU tests (marker `gpu`) skip cleanly without a CUDA device.
+# Needs: cmake >= 3.24, ninja (or make), a C++17 compiler and python3 with pip. It installs what is
+# missing of GoogleTest (apt-get libgtest-dev), pytest and numpy; `pip install .` brings torch.
+# GPU tests (marker `gpu`) skip cleanly without a CUDA device.
 #
 # Environment:
 #   OPENKDA_ENABLE_CUDA     ON | OFF | AUTO (default AUTO: build the CUDA backend when nvcc is
@@ -38,6 +39,19 @@ section() { printf '\n==== %s ====\n' "$*"; }
 
 GENERATOR=()
 if command -v ninja >/dev/null 2>&1; then GENERATOR=(-G Ninja); fi
+
+section "0/3 test dependencies"
+# GoogleTest (Debian's libgtest-dev) and the Python test tools, installed only when missing.
+if [[ ! -f /usr/include/gtest/gtest.h ]] && command -v apt-get >/dev/null 2>&1; then
+  sudo=()
+  [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends libgtest-dev
+fi
+if ! "$PYTHON" -c "import pytest, numpy" >/dev/null 2>&1; then
+  "$PYTHON" -m pip install -q "pytest==9.2.0" "numpy==2.4.6"
+fi
+echo "GoogleTest: $([[ -f /usr/include/gtest/gtest.h ]] && echo found || echo 'not in /usr/include (CMake will search)')"
 
 section "1/3 C++ core + GoogleTest (CMake, OPENKDA_ENABLE_CUDA=$OPENKDA_ENABLE_CUDA)"
 cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" \
