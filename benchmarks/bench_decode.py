@@ -111,7 +111,8 @@ def make_problem(case: Case, seed: int = 0) -> Problem:
     pool0 = 0.1 * rnd(num_slots, HV, K, V)
     cu = torch.arange(0, total + 1, T, device=dev, dtype=torch.int32)
     kwargs = dict(A_log=A_log, dt_bias=dt_bias, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
-                  use_gate_in_kernel=True, inplace_final_state=True, state_v_first=case.v_first)
+                  use_gate_in_kernel=True, inplace_final_state=True,
+                  state_v_first=case.v_first)
     return Problem([q, k, v, g, beta], kwargs, pool0, idx, nat, torch.empty_like(v))
 
 
@@ -198,9 +199,9 @@ def run_info() -> dict:
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "python": platform.python_version()}
     try:
-        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True, cwd=os.path.dirname(os.path.abspath(__file__)),
-                                        check=False).stdout.strip() or "unknown"
+        info["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)), check=False).stdout.strip() or "unknown"
     except OSError:
         info["commit"] = "unknown"
     try:
@@ -257,8 +258,8 @@ def main() -> int:
         torch.cuda.empty_cache()
         rows.append((case, ok_us, floor_us, fla_us))
 
-    head = ("| case | OpenKDA µs | floor µs | % of floor | FLA µs | FLA % of floor | speed-up |\n"
-            "|---|---:|---:|---:|---:|---:|---:|")
+    head = ("| case | OpenKDA µs | floor µs | % of floor | FLA µs | FLA % of floor | speed-up |"
+            "\n|---|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     for case, ok_us, floor_us, fla_us in rows:
         fla = (f"{fla_us:.1f} | {100 * floor_us / fla_us:.0f}% | {fla_us / ok_us:.2f}x"

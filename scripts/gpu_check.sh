@@ -215,17 +215,42 @@ for shape, lb, dt in [((2, 33, 4, 64), None, torch.bfloat16), ((1, 37, 3, 100), 
         b = torch.randn(HV * K, device="cuda", requires_grad=True)
         y = openkda.fused_kda_gate(g, A, b, lower_bound=lb)
         y.backward(torch.randn_like(y))
+# chunk_kda forward: small varlen case with an initial state and intermediate states.
+cu = torch.tensor([0, 1, 70, 70, 133], dtype=torch.int32, device="cuda")
+T, H, HV, K, V = 133, 2, 4, 64, 64
+q, k = (torch.randn(1, T, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+v = torch.randn(1, T, HV, V, device="cuda", dtype=torch.bfloat16)
+g = torch.randn(1, T, HV, K, device="cuda", dtype=torch.bfloat16)
+beta = torch.randn(1, T, HV, device="cuda", dtype=torch.bfloat16)
+h0 = torch.randn(4, HV, K, V, device="cuda")
+with torch.inference_mode():
+    o, ht, h = openkda.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        safe_gate=True, lower_bound=-5.0, A_log=torch.zeros(HV, device="cuda"),
+        return_intermediate_states=True, cu_seqlens=cu)
+    # decode: state pool in place, 2 tokens per sequence
+    pool = torch.randn(6, HV, K, V, device="cuda")
+    idx = torch.tensor([[4, 1], [0, 5]], dtype=torch.int32, device="cuda")
+    cu2 = torch.tensor([0, 2, 4], dtype=torch.int32, device="cuda")
+    openkda.fused_recurrent_kda_fwd(q[:, :4], k[:, :4], v[:, :4], g[:, :4], beta[:, :4],
+        A_log=torch.zeros(HV, device="cuda"), initial_state=pool, inplace_final_state=True,
+        cu_seqlens=cu2, ssm_state_indices=idx, use_qk_l2norm_in_kernel=True,
+        use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
 torch.cuda.synchronize()
 print("sanitizer workload done")
 '
 if [[ ${STATUS[build]} == PASS ]]; then
-  run_step pytest required 240 pytest.log \
+  run_step pytest required 420 pytest.log \
     bash -c "cd '$BUILD_DIR' && '$PYTHON' -m pytest '$ROOT/tests/python' -m gpu -q -rs"
   run_step checks required 180 bench.log "$PYTHON" benchmarks/bench_gate.py --check
   # shellcheck disable=SC2086
   run_step bench optional 200 bench.log "$PYTHON" benchmarks/bench_gate.py \
       --markdown --results-dir "$OUT" --summary /tmp/openkda-bench-table.md \
     ${OPENKDA_BENCH_ARGS:-}
+  run_step bench_chunk optional 150 bench_chunk.log "$PYTHON" benchmarks/bench_chunk_fwd.py \
+      --markdown "$OUT/chunk_fwd-h200.md" --plot "$OUT/chunk_fwd-h200.png"
+  run_step bench_decode optional 150 bench_decode.log "$PYTHON" benchmarks/bench_decode.py \
+      --markdown "$OUT/decode-h200.md"
   if command -v compute-sanitizer >/dev/null 2>&1; then
     run_step memcheck optional 150 sanitizer.log compute-sanitizer --tool memcheck \
       --kernel-name kns=openkda_ --error-exitcode 3 "$PYTHON" -c "$SANITIZE_PY"
@@ -268,6 +293,14 @@ fi
     echo
     cat /tmp/openkda-bench-table.md
   fi
+  for table in chunk_fwd decode; do
+    if [[ -f "$OUT/$table-h200.md" ]]; then
+      echo
+      echo "## benchmark ($table)"
+      echo
+      cat "$OUT/$table-h200.md"
+    fi
+  done
   echo
   if [[ $REQUIRED_FAILED -eq 0 ]]; then
     echo "RESULT: PASS (required steps passed; $SECONDS s)"

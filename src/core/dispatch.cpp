@@ -14,7 +14,9 @@
 #include "cpu/recurrent.h"
 #include "openkda/api.h"
 #ifdef OPENKDA_WITH_CUDA
+#include "cuda/chunk_fwd/launch_chunk_fwd.h"
 #include "cuda/launch.h"
+#include "cuda/recurrent/launch_recurrent.h"
 #endif
 
 namespace openkda {
@@ -109,19 +111,31 @@ void chunk_bwd_cpu(const ChunkBwdArgs& a, Workspace ws) {
 // ---- chunk_kda forward -------------------------------------------------------------------------
 Status can_implement(const ChunkFwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(validate(a));
-  if (on_cuda(a.q)) return no_cuda_kernel("chunk_kda");
+  if (on_cuda(a.q)) {
+#ifdef OPENKDA_WITH_CUDA
+    return cuda::chunk_fwd_can_implement(a);
+#else
+    return no_cuda_kernel("chunk_kda");
+#endif
+  }
   return Status::Ok();
 }
 
 size_t workspace_bytes(const ChunkFwdArgs& a) {
   if (!can_implement(a).ok()) return 0;
+#ifdef OPENKDA_WITH_CUDA
+  if (on_cuda(a.q)) return cuda::chunk_fwd_workspace_bytes(a);  // never reads device memory
+#endif
   return with_precision(chunk_uses_double(a),
                         [&](auto t) { return chunk_plan_bytes<decltype(t)>(a, false); });
 }
 
-Status run(const ChunkFwdArgs& a, Workspace ws, Stream) {
+Status run(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(can_implement(a));
   OPENKDA_RETURN_IF_ERROR(check_workspace("chunk_kda", ws, workspace_bytes(a)));
+#ifdef OPENKDA_WITH_CUDA
+  if (on_cuda(a.q)) return cuda::chunk_fwd(a, ws, stream);
+#endif
   with_precision(chunk_uses_double(a), [&](auto t) { chunk_fwd_cpu<decltype(t)>(a, ws); });
   return Status::Ok();
 }
@@ -149,14 +163,23 @@ Status run(const ChunkBwdArgs& a, Workspace ws, Stream) {
 // ---- fused_recurrent_kda -----------------------------------------------------------------------
 Status can_implement(const RecurrentFwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(validate(a));
-  if (on_cuda(a.q)) return no_cuda_kernel("fused_recurrent_kda");
+  if (on_cuda(a.q)) {
+#ifdef OPENKDA_WITH_CUDA
+    return cuda::recurrent_fwd_supported(a);
+#else
+    return no_cuda_kernel("fused_recurrent_kda");
+#endif
+  }
   return Status::Ok();
 }
 
 size_t workspace_bytes(const RecurrentFwdArgs&) { return 0; }
 
-Status run(const RecurrentFwdArgs& a, Workspace, Stream) {
+Status run(const RecurrentFwdArgs& a, Workspace, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(can_implement(a));
+#ifdef OPENKDA_WITH_CUDA
+  if (on_cuda(a.q)) return cuda::recurrent_fwd(a, stream);
+#endif
   with_precision(a.precision == Precision::kF64,
                  [&](auto t) { cpu::recurrent_fwd_cpu<decltype(t)>(a); });
   return Status::Ok();

@@ -308,7 +308,10 @@ Status validate(const ChunkFwdArgs& a) {
                                       state_shape(N, HV, K, V, a.state_v_first), a.state_v_first,
                                       {DType::kF32, DType::kF64}));
   if (a.h.defined()) {
-    const int64_t nt = chunks_per_row(a);
+    // Device-resident cu_seqlens is never read from the host: the chunk count is then taken
+    // from h itself and the kernels index within it.
+    const bool host_cu = !a.cu_seqlens.defined() || a.cu_seqlens.device.type == DeviceType::kCPU;
+    const int64_t nt = host_cu ? chunks_per_row(a) : (a.h.ndim == 5 ? a.h.shape[1] : -1);
     const auto expected = a.state_v_first ? std::vector<int64_t>{B, nt, HV, V, K}
                                           : std::vector<int64_t>{B, nt, HV, K, V};
     OPENKDA_RETURN_IF_ERROR(c.tensor(a.h, "h", expected,

@@ -1,0 +1,121 @@
+// Sequence and chunk geometry of chunk_kda forward, built on the device (no host read of
+// cu_seqlens, so the op is CUDA-graph capturable).
+//
+// What it computes:
+//   sequence_span(n)    tokens [bos, bos + len) of sequence n: dense (bos = n T, len = T) or
+//                       from cu_seqlens, clamped to 0 <= bos <= bos + len <= T so that a malformed
+//                       device-side cu_seqlens can never address memory out of bounds (the core
+//                       validates host-side cu_seqlens; device-side ones are the caller's contract).
+//   chunk_offsets[n]    varlen: first global chunk of sequence n, the exclusive prefix sum of
+//                       ceil(len / BT) (chunk_offsets[N] = chunks over all sequences); FLA's
+//                       prepare_chunk_offsets. Global chunk c0 + c indexes h (and gamma).
+//   resolve_chunk(slot) the (sequence, chunk) of global chunk `slot`: dense by division, varlen by
+//                       binary search over chunk_offsets (empty sequences never match).
+// Grid mapping: openkda_fwd_chunk_index_kernel is one CTA of kIndexThreads threads; thread i owns
+// the contiguous sequences [i * per, (i + 1) * per).
+// Shared memory: kIndexThreads / 32 + 1 int32 for the block scan.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/chunk_fwd/params.h"
+
+namespace openkda::cuda::chunk_forward {
+
+constexpr int kIndexThreads = 256;
+
+struct SeqSpan {
+  int64_t bos = 0;
+  int64_t len = 0;
+};
+
+__device__ __forceinline__ int64_t load_cu(const ChunkFwdParams& p, int64_t i) {
+  return p.cu_i64 ? static_cast<const int64_t*>(p.cu_seqlens)[i]
+                  : static_cast<int64_t>(static_cast<const int32_t*>(p.cu_seqlens)[i]);
+}
+
+__device__ __forceinline__ SeqSpan sequence_span(const ChunkFwdParams& p, int64_t n) {
+  if (p.cu_seqlens == nullptr) return SeqSpan{n * p.T, p.T};
+  const int64_t a = min(max(load_cu(p, n), int64_t{0}), p.T);
+  const int64_t b = min(max(load_cu(p, n + 1), a), p.T);
+  return SeqSpan{a, b - a};
+}
+
+// First global chunk of sequence n.
+__device__ __forceinline__ int64_t chunk_base(const ChunkFwdParams& p, int64_t n) {
+  return p.cu_seqlens == nullptr ? n * p.NT_b : static_cast<int64_t>(p.chunk_offsets[n]);
+}
+
+// One chunk: rows t0 .. t0 + nv - 1 of sequence n (1 <= nv <= BT).
+struct ChunkCoord {
+  int64_t n = 0;   // sequence
+  int64_t c = 0;   // chunk within the sequence
+  int64_t t0 = 0;  // first packed token
+  int nv = 0;      // valid rows
+};
+
+// false when `slot` is past the last chunk (the prep grid is an upper bound in varlen mode).
+__device__ __forceinline__ bool resolve_chunk(const ChunkFwdParams& p, int64_t slot,
+                                              ChunkCoord& cc) {
+  if (p.cu_seqlens == nullptr) {
+    if (p.NT_b == 0) return false;
+    cc.n = slot / p.NT_b;
+    cc.c = slot - cc.n * p.NT_b;
+    if (cc.n >= p.B) return false;
+  } else {
+    if (slot >= p.chunk_offsets[p.N]) return false;
+    // Largest n with chunk_offsets[n] <= slot; then chunk_offsets[n + 1] > slot.
+    int64_t lo = 0, hi = p.N;
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (p.chunk_offsets[mid] <= slot) lo = mid; else hi = mid;
+    }
+    cc.n = lo;
+    cc.c = slot - p.chunk_offsets[lo];
+  }
+  const SeqSpan s = sequence_span(p, cc.n);
+  cc.t0 = s.bos + cc.c * p.BT;
+  cc.nv = static_cast<int>(min(static_cast<int64_t>(p.BT), s.len - cc.c * p.BT));
+  return cc.nv > 0;
+}
+
+// chunk_offsets[0 .. N] (varlen). One CTA of kIndexThreads threads.
+__device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
+  __shared__ int32_t sWarpSum[kIndexThreads / 32 + 1];
+  const int tid = threadIdx.x;
+  const int lane = tid % 32, warp = tid / 32;
+  const int64_t per = (p.N + kIndexThreads - 1) / kIndexThreads;
+  const int64_t first = tid * per;
+  const int64_t last = min(first + per, p.N);
+
+  int32_t local = 0;
+  for (int64_t n = first; n < last; ++n) {
+    local += static_cast<int32_t>((sequence_span(p, n).len + p.BT - 1) / p.BT);
+  }
+  // Exclusive scan of the per-thread totals: inclusive within the warp, then over warp totals.
+  int32_t incl = local;
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, incl, m);
+    if (lane >= m) incl += y;
+  }
+  if (lane == 31) sWarpSum[warp] = incl;
+  __syncthreads();
+  if (tid == 0) {
+    int32_t run = 0;
+    for (int w = 0; w < kIndexThreads / 32; ++w) {
+      const int32_t s = sWarpSum[w];
+      sWarpSum[w] = run;
+      run += s;
+    }
+  }
+  __syncthreads();
+  int32_t off = sWarpSum[warp] + incl - local;
+  if (tid == 0) p.chunk_offsets[0] = 0;
+  for (int64_t n = first; n < last; ++n) {
+    off += static_cast<int32_t>((sequence_span(p, n).len + p.BT - 1) / p.BT);
+    p.chunk_offsets[n + 1] = off;
+  }
+}
+
+}  // namespace openkda::cuda::chunk_forward

@@ -1,0 +1,182 @@
+// Kernels of the chunk_kda forward and their launchers: compositions of the stages in
+// chunk_index.cuh, gate_cumsum.cuh, intra.cuh, wy.cuh and state.cuh (docs/design.md section 3).
+//
+//   openkda_fwd_chunk_index_kernel  varlen only: chunk_offsets = exclusive cumsum of
+//                                   ceil(len / BT)                              grid (1)
+//   openkda_fwd_prep_kernel         stages 1-3 per (chunk, value head): l2norm, gate, beta,
+//                                   G cumsum, A_qk, A_kk, Tinv, w, u, qg, kg, gamma -> workspace
+//                                                                               grid (slots, HV)
+//   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, V slice): h snapshots,
+//                                   v_new, o, state update, final state   grid (N * HV * vsplit)
+//
+// All three run on the caller's stream in this order; nothing synchronises the host. No atomics:
+// every reduction has a fixed order, so results are bitwise reproducible.
+//
+// Precision map (docs/design.md): inputs are read in their dtype and converted to f32; every
+// intermediate (G, A_qk, A_kk, Tinv, w, u, qg, kg, v_new, the state) is f32 in shared memory,
+// registers and the workspace; products are tf32 tensor-core mma with f32 accumulation (operands
+// rounded to nearest to 10 mantissa bits); transcendental functions are CUDA's accurate f32 ones
+// (exp2f, expf, log1pf); the state update's final add is an f32 fma. Outputs are rounded once, to
+// o's and h's dtypes; the final state is f32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/chunk_fwd/chunk_index.cuh"
+#include "cuda/chunk_fwd/gate_cumsum.cuh"
+#include "cuda/chunk_fwd/intra.cuh"
+#include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/state.cuh"
+#include "cuda/chunk_fwd/traits.h"
+#include "cuda/chunk_fwd/wy.cuh"
+
+namespace openkda::cuda::chunk_forward {
+
+// ---- chunk index (varlen) -----------------------------------------------------------------------
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const ChunkFwdParams p) {
+  static_assert(kThreads == kIndexThreads, "one thread per sequence range");
+  build_chunk_offsets(p);
+}
+
+// ---- prep: one CTA per (chunk, value head) ---------------------------------------------------
+// Shared memory lifetimes (PrepTraits):
+//   load -> cumsum -> intra         sQ = q, sK = k, sG = G, sA = A_kk, sBeta
+//   gated keys + diagonal inverse   sQ <- beta k E; qg, kg, gamma -> workspace; sA diag <- X_bb
+//   beta v + block inverse          sK <- beta v; sA <- Tinv; sScr = P_rc
+//   WY products                     w = Tinv sQ, u = Tinv sK -> workspace
+template <int kK, int kV, int kBT>
+__global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
+    openkda_fwd_prep_kernel(const ChunkFwdParams p) {
+  using Tr = PrepTraits<kK, kV, kBT>;
+  extern __shared__ float4 smem_f4[];
+  float* smem = reinterpret_cast<float*>(smem_f4);
+  float* sQ = smem + Tr::kOffQ;
+  float* sK = smem + Tr::kOffK;
+  float* sG = smem + Tr::kOffG;
+  float* sA = smem + Tr::kOffA;
+  float* sBeta = smem + Tr::kOffBeta;
+  float* sScr = smem + Tr::kOffScr;
+
+  const int64_t slot = blockIdx.x;
+  const int hv = static_cast<int>(blockIdx.y);
+  ChunkCoord cc;
+  if (!resolve_chunk(p, slot, cc)) return;  // past the last chunk (varlen grid bound)
+  const int64_t row0 = int64_t{hv} * p.tokens + cc.t0;  // workspace row of chunk row 0
+  float* gAqk = p.aqk + row0 * kBT;
+
+  // Stage 1: inputs, activations, G.
+  load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta);
+  chunk_cumsum<Tr>(sG, sScr);
+
+  // Stage 2: A_qk (-> workspace), A_kk (-> sA).
+  if (p.exact_diag) intra_exact_diag<Tr>(p, cc.nv, sQ, sK, sG, sBeta, sA, gAqk);
+  intra_products<Tr>(p, cc.nv, sQ, sK, sG, sBeta, sA, gAqk);
+  __syncthreads();
+
+  // Stage 3a (q, k, G read for the last time) and the diagonal blocks of the inverse.
+  write_gated_keys<Tr>(p, cc, row0, slot, hv, sQ, sK, sG, sBeta);
+  invert_diag_blocks<Tr>(sA);
+  __syncthreads();
+
+  // Stage 3b: beta v into sK (k is dead); Tinv (its barriers also publish sK).
+  load_beta_v<Tr>(p, cc, hv, sK, sBeta);
+  invert_offdiag_blocks<Tr>(sA, sScr);
+  __syncthreads();
+
+  // Stage 3c: w = Tinv (beta k E), u = Tinv (beta v).
+  tinv_product<Tr, kK>(sA, sQ, p.w + row0 * kK, cc.nv);
+  tinv_product<Tr, kV>(sA, sK, p.u + row0 * kV, cc.nv);
+}
+
+// ---- scan: one CTA per (sequence, value head, V slice) ----------------------------------------
+template <int kK, int kBT>
+__global__ void __launch_bounds__(ScanTraits<kK, kBT>::kMaxThreads, 1)
+    openkda_fwd_scan_kernel(const ChunkFwdParams p) {
+  using Tr = ScanTraits<kK, kBT>;
+  extern __shared__ float4 smem_f4[];
+  float* smem = reinterpret_cast<float*>(smem_f4);
+
+  const int64_t cta = blockIdx.x;
+  const int slice = static_cast<int>(cta % p.vsplit);
+  const int64_t seq_head = cta / p.vsplit;
+  const int hv = static_cast<int>(seq_head % p.HV);
+  const int64_t n = seq_head / p.HV;
+  const int v0 = slice * p.vs;
+  const int vcol = v0 + Tr::kWarpRows * static_cast<int>(threadIdx.x / 32) +
+                   static_cast<int>(threadIdx.x % 32) / 4;  // v of this thread's fragment row g
+
+  const SeqSpan span = sequence_span(p, n);
+  const int64_t nchunks = (span.len + kBT - 1) / kBT;
+  const int64_t first_chunk = chunk_base(p, n);
+  const int64_t head_state = int64_t{kK} * p.V;
+
+  float s[kK / 8][4];  // S^T fragment, f32
+  load_state<kK>(p.h0, p.h0_dtype, (n * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
+
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const int64_t t0 = span.bos + c * kBT;
+    const int nv = static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
+    const int64_t slot = first_chunk + c;
+    if (p.h != nullptr && slot < p.h_chunks) {
+      store_state<kK>(p.h, p.h_dtype, (slot * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
+    }
+    scan_load_chunk<Tr>(p, hv, t0, nv, slot, v0, smem);
+    cp_async_wait_all();
+    __syncthreads();
+    scan_step<Tr>(p, hv, t0, nv, v0, smem, s);
+    __syncthreads();  // every warp is done with the tiles before the next chunk overwrites them
+  }
+  if (p.ht != nullptr) {
+    store_state<kK>(p.ht, DType::kF32, (n * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
+  }
+}
+
+// ---- launchers (explicitly instantiated in instantiations/*.cu) -------------------------------
+template <int kThreads>
+cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream) {
+  openkda_fwd_chunk_index_kernel<kThreads><<<1, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kK, int kV, int kBT>
+cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
+  using Tr = PrepTraits<kK, kV, kBT>;
+  const auto kernel = openkda_fwd_prep_kernel<kK, kV, kBT>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(Tr::kSmemBytes));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(p.slots), static_cast<unsigned>(p.HV));
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kK, int kBT>
+cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
+  using Tr = ScanTraits<kK, kBT>;
+  const auto kernel = openkda_fwd_scan_kernel<kK, kBT>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(Tr::smem_bytes(Tr::kMaxWarps * 16)));
+  if (err != cudaSuccess) return err;
+  const int64_t ctas = p.N * p.HV * p.vsplit;
+  const int threads = 32 * (p.vs / Tr::kWarpRows);
+  kernel<<<static_cast<unsigned>(ctas), threads, Tr::smem_bytes(p.vs), stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace openkda::cuda::chunk_forward
+
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(K, V, BT)                                      \
+  template cudaError_t openkda::cuda::chunk_forward::launch_prep<K, V, BT>(                   \
+      const openkda::cuda::chunk_forward::ChunkFwdParams&, cudaStream_t)
+
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(K, BT)                                         \
+  template cudaError_t openkda::cuda::chunk_forward::launch_scan<K, BT>(                      \
+      const openkda::cuda::chunk_forward::ChunkFwdParams&, cudaStream_t)
+
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_INDEX()                                              \
+  template cudaError_t openkda::cuda::chunk_forward::launch_chunk_index<                      \
+      openkda::cuda::chunk_forward::kIndexThreads>(const openkda::cuda::chunk_forward::ChunkFwdParams&, \
+                                               cudaStream_t)

@@ -1,0 +1,289 @@
+// Host launcher of chunk_kda forward: ChunkFwdArgs -> ChunkFwdParams in one function
+// (make_params), the workspace table (workspace_layout, shared by sizing and carving), and the one
+// place where run-time K, V and chunk size become compiled kernels (instantiations/*.cu).
+// No framework headers, no allocation, no host synchronisation.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "cuda/chunk_fwd/chunk_index.cuh"
+#include "cuda/chunk_fwd/launch_chunk_fwd.h"
+#include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/traits.h"
+#include "cuda/common/check.cuh"
+#include "cuda/common/dispatch.cuh"
+
+namespace openkda::cuda {
+namespace chunk_forward {
+// Defined in kernels.cuh and explicitly instantiated in instantiations/*.cu.
+template <int kThreads>
+cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream);
+template <int kK, int kV, int kBT>
+cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream);
+template <int kK, int kBT>
+cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream);
+}  // namespace chunk_forward
+
+namespace {
+
+using chunk_forward::ChunkFwdParams;
+using chunk_forward::GateMode;
+using LaunchFn = cudaError_t (*)(const ChunkFwdParams&, cudaStream_t);
+
+constexpr const char* kOp = "chunk_kda";
+constexpr size_t kWsAlign = 128;
+// Fast (anchored) diagonal blocks need every per-token log-decay in [-5, 0]: 15 rows of decay
+// then stay below 2^109 (intra.cuh).
+constexpr double kAnchoredDiagMinLowerBound = -5.0;
+
+struct Dims {
+  int64_t B = 0, T = 0, H = 0, K = 0, HV = 0, V = 0, N = 0, BT = 64;
+  bool varlen = false;
+};
+
+Dims dims_of(const ChunkFwdArgs& a) {
+  Dims d;
+  d.B = a.q.shape[0];
+  d.T = a.q.shape[1];
+  d.H = a.q.shape[2];
+  d.K = a.q.shape[3];
+  d.HV = a.v.shape[2];
+  d.V = a.v.shape[3];
+  d.BT = a.chunk_size;
+  d.varlen = a.cu_seqlens.defined();
+  d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
+  return d;
+}
+
+// The workspace table (params.h): byte offsets of every buffer, each 128-byte aligned.
+struct WorkspaceLayout {
+  int64_t slots = 0;  // chunk slots: exact for dense, an upper bound for varlen
+  size_t chunk_offsets = 0, w = 0, qg = 0, kg = 0, u = 0, aqk = 0, gamma = 0;
+  size_t bytes = 0;
+};
+
+WorkspaceLayout workspace_layout(const Dims& d) {
+  WorkspaceLayout L;
+  // varlen: sum_n ceil(len_n / BT) <= floor((T + N (BT - 1)) / BT).
+  L.slots = d.varlen ? (d.T + d.N * (d.BT - 1)) / d.BT : d.B * ((d.T + d.BT - 1) / d.BT);
+  const int64_t tokens = d.B * d.T;
+  size_t at = 0;
+  const auto take = [&](int64_t bytes) {
+    const size_t offset = at;
+    at += (static_cast<size_t>(bytes) + kWsAlign - 1) / kWsAlign * kWsAlign;
+    return offset;
+  };
+  L.chunk_offsets = take(d.varlen ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
+  L.w = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
+  L.qg = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
+  L.kg = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
+  L.u = take(d.HV * tokens * d.V * int64_t{sizeof(float)});
+  L.aqk = take(d.HV * tokens * d.BT * int64_t{sizeof(float)});
+  L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
+  L.bytes = at;
+  return L;
+}
+
+bool aligned(const TensorRef& t, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
+}
+
+Status not_supported(const std::string& what) {
+  return Status::NotSupported(std::string(kOp) + ": " + what);
+}
+
+Status check_aligned(const TensorRef& t, const char* name) {
+  const size_t need = t.dtype == DType::kF64 ? 32 : 16;
+  if (aligned(t, need)) return Status::Ok();
+  return not_supported(std::string(name) + ": data address not " + std::to_string(need) +
+                       "-byte aligned; expected a " + std::to_string(need) +
+                       "-byte aligned tensor on CUDA");
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      sms <= 0) {
+    cudaGetLastError();  // clear the error a failed query leaves behind
+    return 132;
+  }
+  return sms;
+}
+
+// V split of the scan. Every warp owns 16 value columns and does the same work per chunk whatever
+// the split, so splitting only pays while it spreads warps over idle multiprocessors: 4 warps
+// (vs = 64, one per SM sub-partition) when two CTAs per state still fit one wave of one CTA per
+// multiprocessor (the scan's shared memory allows one), else 8 warps (vs = 128, no split). Never
+// fewer than 4 warps: a CTA's tile loads are shared by its warps.
+int choose_vsplit(const Dims& d, int sms) {
+  const int64_t chains = d.N * d.HV;
+  return (d.V == 128 && chains * 2 <= sms) ? 2 : 1;
+}
+
+ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const WorkspaceLayout& L,
+                           Workspace ws, int sms) {
+  ChunkFwdParams p;
+  p.q = a.q.data;
+  p.k = a.k.data;
+  p.v = a.v.data;
+  p.g = a.g.data;
+  p.beta = a.beta.data;
+  p.qk_dtype = a.q.dtype;
+  p.v_dtype = a.v.dtype;
+  p.g_dtype = a.g.dtype;
+  p.beta_dtype = a.beta.dtype;
+  if (a.use_gate_in_kernel) {
+    if (a.A_log.defined()) {
+      p.A_log = a.A_log.data;
+      p.A_log_dtype = a.A_log.dtype;
+    }
+    if (a.dt_bias.defined()) {
+      p.dt_bias = a.dt_bias.data;
+      p.dt_bias_dtype = a.dt_bias.dtype;
+    }
+  }
+  if (a.initial_state.defined()) {
+    p.h0 = a.initial_state.data;
+    p.h0_dtype = a.initial_state.dtype;
+  }
+  if (d.varlen) {
+    p.cu_seqlens = a.cu_seqlens.data;
+    p.cu_i64 = a.cu_seqlens.dtype == DType::kI64;
+  }
+
+  p.o = a.o.data;
+  p.o_dtype = a.o.dtype;
+  if (a.final_state.defined()) p.ht = static_cast<float*>(a.final_state.data);
+  if (a.h.defined()) {
+    p.h = a.h.data;
+    p.h_dtype = a.h.dtype;
+    p.h_chunks = a.h.shape[0] * a.h.shape[1];
+  }
+
+  p.B = d.B;
+  p.T = d.T;
+  p.N = d.N;
+  p.tokens = d.B * d.T;
+  p.NT_b = (d.T + d.BT - 1) / d.BT;
+  p.slots = L.slots;
+  p.H = static_cast<int32_t>(d.H);
+  p.HV = static_cast<int32_t>(d.HV);
+  p.group = static_cast<int32_t>(d.HV / d.H);
+  p.K = static_cast<int32_t>(d.K);
+  p.V = static_cast<int32_t>(d.V);
+  p.BT = static_cast<int32_t>(d.BT);
+
+  p.scale = static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(d.K)));
+  p.gate_mode = !a.use_gate_in_kernel ? GateMode::kPre
+                : a.lower_bound       ? GateMode::kLowerBound
+                                      : GateMode::kSoftplus;
+  p.lower_bound = a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f;
+  p.l2norm = a.use_qk_l2norm_in_kernel;
+  p.beta_sigmoid = a.use_beta_sigmoid_in_kernel;
+  p.beta_scale = a.allow_neg_eigval ? 2.0f : 1.0f;
+  p.v_first = a.state_v_first;
+  p.exact_diag = !(p.gate_mode == GateMode::kLowerBound &&
+                   *a.lower_bound >= kAnchoredDiagMinLowerBound && *a.lower_bound <= 0.0);
+
+  p.vsplit = choose_vsplit(d, sms);
+  p.vs = static_cast<int32_t>(d.V / p.vsplit);
+
+  char* base = static_cast<char*>(ws.data);
+  if (d.varlen) p.chunk_offsets = reinterpret_cast<int32_t*>(base + L.chunk_offsets);
+  p.w = reinterpret_cast<float*>(base + L.w);
+  p.qg = reinterpret_cast<float*>(base + L.qg);
+  p.kg = reinterpret_cast<float*>(base + L.kg);
+  p.u = reinterpret_cast<float*>(base + L.u);
+  p.aqk = reinterpret_cast<float*>(base + L.aqk);
+  p.gamma = reinterpret_cast<float*>(base + L.gamma);
+  return p;
+}
+
+// The compiled variants: K, V in {64, 128}, chunk size in {32, 64}.
+LaunchFn prep_launcher(int64_t K, int64_t V, int64_t BT) {
+  using chunk_forward::launch_prep;
+  if (BT == 64) {
+    if (K == 64) return V == 64 ? launch_prep<64, 64, 64> : launch_prep<64, 128, 64>;
+    return V == 64 ? launch_prep<128, 64, 64> : launch_prep<128, 128, 64>;
+  }
+  if (K == 64) return V == 64 ? launch_prep<64, 64, 32> : launch_prep<64, 128, 32>;
+  return V == 64 ? launch_prep<128, 64, 32> : launch_prep<128, 128, 32>;
+}
+
+LaunchFn scan_launcher(int64_t K, int64_t BT) {
+  using chunk_forward::launch_scan;
+  if (BT == 64) return K == 64 ? launch_scan<64, 64> : launch_scan<128, 64>;
+  return K == 64 ? launch_scan<64, 32> : launch_scan<128, 32>;
+}
+
+}  // namespace
+
+Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
+  const Dims d = dims_of(a);
+  if (d.K != 64 && d.K != 128) {
+    return not_supported("q.shape[3] (K) = " + std::to_string(d.K) +
+                         "; expected K in {64, 128} on CUDA");
+  }
+  if (d.V != 64 && d.V != 128) {
+    return not_supported("v.shape[3] (V) = " + std::to_string(d.V) +
+                         "; expected V in {64, 128} on CUDA");
+  }
+  if (d.BT != 32 && d.BT != 64) {
+    return not_supported("chunk_size = " + std::to_string(d.BT) + "; expected 32 or 64");
+  }
+  if (a.final_state.defined() && a.final_state.dtype != DType::kF32) {
+    return not_supported(std::string("final_state.dtype ") + dtype_label(a.final_state.dtype) +
+                         "; expected f32 on CUDA");
+  }
+  OPENKDA_RETURN_IF_ERROR(check_aligned(a.q, "q"));
+  OPENKDA_RETURN_IF_ERROR(check_aligned(a.k, "k"));
+  OPENKDA_RETURN_IF_ERROR(check_aligned(a.v, "v"));
+  OPENKDA_RETURN_IF_ERROR(check_aligned(a.g, "g"));
+  if (d.HV > 65535) {
+    return not_supported("v.shape[2] (HV) = " + std::to_string(d.HV) +
+                         "; expected HV <= 65535 on CUDA");
+  }
+  const WorkspaceLayout L = workspace_layout(d);
+  constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();
+  if (L.slots > kMaxGrid || d.N * d.HV * (d.V / 16) > kMaxGrid) {
+    return not_supported("T = " + std::to_string(d.T) + ", N = " + std::to_string(d.N) +
+                         ", HV = " + std::to_string(d.HV) +
+                         ": the chunk grid exceeds 2^31 - 1 CTAs; expected fewer chunks");
+  }
+  return Status::Ok();
+}
+
+size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& a) {
+  if (!chunk_fwd_can_implement(a).ok()) return 0;
+  return workspace_layout(dims_of(a)).bytes;
+}
+
+Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
+  OPENKDA_RETURN_IF_ERROR(chunk_fwd_can_implement(a));
+  const Dims d = dims_of(a);
+  const WorkspaceLayout L = workspace_layout(d);
+  if (ws.bytes < L.bytes || (L.bytes > 0 && ws.data == nullptr)) {
+    return Status::InvalidArgument(std::string(kOp) + ": workspace: " + std::to_string(ws.bytes) +
+                                   " bytes" + (ws.data ? "" : " at null") + "; expected at least " +
+                                   std::to_string(L.bytes) + " bytes");
+  }
+  if (d.N == 0) return Status::Ok();  // no sequence: nothing to write
+  const ChunkFwdParams p = make_params(a, d, L, ws, sm_count());
+  const auto s = static_cast<cudaStream_t>(stream);
+
+  if (d.varlen) {
+    OPENKDA_CUDA_RETURN_IF_ERROR(
+        kOp, chunk_forward::launch_chunk_index<chunk_forward::kIndexThreads>(p, s));
+  }
+  if (p.slots > 0 && p.tokens > 0) {
+    OPENKDA_CUDA_RETURN_IF_ERROR(kOp, prep_launcher(d.K, d.V, d.BT)(p, s));
+  }
+  OPENKDA_CUDA_RETURN_IF_ERROR(kOp, scan_launcher(d.K, d.BT)(p, s));
+  return Status::Ok();
+}
+
+}  // namespace openkda::cuda

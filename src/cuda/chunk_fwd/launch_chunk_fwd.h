@@ -1,0 +1,36 @@
+// CUDA backend of chunk_kda forward: the entry points the core calls for CUDA tensors.
+// Framework-free and CUDA-free, so g++-compiled core sources include it under OPENKDA_WITH_CUDA.
+//
+// The core (src/core/dispatch.cpp) calls, for ChunkFwdArgs on a CUDA device:
+//   can_implement   -> validate(args), then chunk_fwd_can_implement(args)
+//   workspace_bytes -> chunk_fwd_workspace_bytes(args)
+//   run             -> chunk_fwd(args, workspace, stream)
+#pragma once
+
+#include <cstddef>
+
+#include "openkda/api.h"
+#include "openkda/args.h"
+#include "openkda/status.h"
+
+namespace openkda::cuda {
+
+// What the CUDA kernels add to the core's validation (which the args must already pass): K and V
+// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g (32 for f64), HV <= 65535 and a grid
+// that fits. kNotSupported with a message naming the value and the supported choices otherwise.
+Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
+
+// Bytes of scratch chunk_fwd needs (f32 intermediates of every token and value head, plus the
+// varlen chunk table); depends on the shapes only, never on device data. 0 when
+// chunk_fwd_can_implement fails.
+size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
+
+// chunk_kda forward on `stream` (a cudaStream_t; null is the legacy default stream) for args that
+// pass the core's validation: writes o, final_state (if defined) and h (if defined). `workspace`
+// holds at least chunk_fwd_workspace_bytes(args) bytes on the tensors' device, 16-byte aligned;
+// its contents on entry do not matter. No allocation, no host synchronisation, no host read of
+// device memory (cu_seqlens is read on the device): CUDA-graph capturable, bitwise deterministic.
+// Calls chunk_fwd_can_implement first.
+Status chunk_fwd(const ChunkFwdArgs& args, Workspace workspace, Stream stream);
+
+}  // namespace openkda::cuda

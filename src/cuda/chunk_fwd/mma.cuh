@@ -1,0 +1,76 @@
+// Warp-level tensor-core and async-copy primitives of the chunk_kda forward kernels.
+//
+// mma_tf32: D += A B with mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (sm_80+). Fragment
+// ownership, with g = lane / 4 and t = lane % 4 (PTX ISA "Matrix fragments for mma.m16n8k8",
+// .tf32; the same as CuTe's SM80_16x8x8_F32TF32TF32F32_TN traits):
+//   A (16 x 8, row-major):  a0 (g, t)   a1 (g + 8, t)   a2 (g, t + 4)   a3 (g + 8, t + 4)
+//   B (8 x 8, k x n):       b0 (t, g)   b1 (t + 4, g)
+//   C (16 x 8):             c0 (g, 2t)  c1 (g, 2t + 1)  c2 (g + 8, 2t)  c3 (g + 8, 2t + 1)
+// The k index of one instruction can be permuted freely as long as A and B use the same
+// permutation. The kernels use k = 2t for hardware column/row t and k = 2t + 1 for t + 4
+// ("paired" order): then an f32 accumulator tile C (16 x 8) is directly the A operand of the next
+// product (a0 = c0... see a_from_acc), and pairs of consecutive k load as one float2.
+//
+// cp_async_16: 16-byte global -> shared copy (cp.async.cg, L2 only) that zero-fills the
+// destination when `valid` is false (src-size 0: nothing is read from `src`, which must still be
+// a valid address).
+#pragma once
+
+#include <cstdint>
+
+namespace openkda::cuda::chunk_forward {
+
+// f32 -> tf32 (10-bit mantissa), round to nearest, ties away from zero.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A operand (paired k order) from an accumulator tile c of the previous product: c holds
+// (row g, k 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+__device__ __forceinline__ void a_from_acc(const float (&c)[4], uint32_t (&a)[4]) {
+  a[0] = to_tf32(c[0]);
+  a[1] = to_tf32(c[2]);
+  a[2] = to_tf32(c[1]);
+  a[3] = to_tf32(c[3]);
+}
+
+// A operand (paired k order) from two float2 reads of rows g and g + 8 at columns (2t, 2t + 1).
+__device__ __forceinline__ void a_from_pairs(float2 row_g, float2 row_g8, uint32_t (&a)[4]) {
+  a[0] = to_tf32(row_g.x);
+  a[1] = to_tf32(row_g8.x);
+  a[2] = to_tf32(row_g.y);
+  a[3] = to_tf32(row_g8.y);
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* src, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+// Waits for every cp.async this thread issued (the caller then syncs the block).
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// Sum over the 32 lanes; every lane gets the bitwise same value (each butterfly step adds the
+// same two operands on both partners).
+__device__ __forceinline__ float warp_allreduce_sum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+}  // namespace openkda::cuda::chunk_forward

@@ -1,0 +1,102 @@
+// Kernel view of chunk_kda forward (ChunkFwdArgs): raw pointers, run-time dtypes and flags,
+// filled from the Args in one function (launch.cu: make_params).
+//
+// Shapes (contiguous row-major; "tok" = packed token row b * T + t, or bos + t with cu_seqlens;
+// tokens = B * T):
+//   q, k          [B, T, H, K]     qk_dtype            (q/k head h = hv / group)
+//   v             [B, T, HV, V]    v_dtype
+//   g             [B, T, HV, K]    g_dtype             raw gate (gate_mode != kPre) or log-decay
+//   beta          [B, T, HV]       beta_dtype          post-activation or logits
+//   A_log         [HV]             may be null         (read only with the gate in kernel)
+//   dt_bias       [HV * K]         may be null         (read only with the gate in kernel)
+//   h0            [N, HV, K, V] ([N, HV, V, K] when v_first) h0_dtype; may be null (zeros)
+//   cu_seqlens    [N + 1] i32 | i64 on the device; may be null (dense: sequence n = row n)
+// Outputs:
+//   o             [B, T, HV, V]    o_dtype
+//   ht            [N, HV, K, V] (v_first: [N, HV, V, K]) f32; may be null
+//   h             [h_chunks, HV, K, V] (v_first: [.., V, K]) h_dtype, the state entering every
+//                 chunk, flattened over [B, NT_b] (dense) or [1, NT] (varlen); may be null
+// Workspace (launch.cu: WorkspaceLayout; f32 unless noted, token rows head-major so that the rows
+// of one chunk are one contiguous tile):
+//   chunk_offsets [N + 1] i32      first chunk of every sequence (varlen only)
+//   w, qg, kg     [HV, tokens, K]  w = Tinv (beta k E); qg = scale q E; kg = k exp2(G_last - G)
+//   u             [HV, tokens, V]  u = Tinv (beta v)
+//   aqk           [HV, tokens, BT] scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
+//   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)
+#pragma once
+
+#include <cstdint>
+
+#include "openkda/tensor_ref.h"
+
+namespace openkda::cuda::chunk_forward {
+
+// Per-token log-decay g_t (natural log) computed from the g tensor (spec 3.1).
+enum class GateMode : int32_t {
+  kPre = 0,         // g as passed
+  kSoftplus = 1,    // -exp(A_log[hv]) * softplus(g + dt_bias)
+  kLowerBound = 2,  // lower_bound * sigmoid(exp(A_log[hv]) * (g + dt_bias)); exp(A_log) -> 1 if null
+};
+
+struct ChunkFwdParams {
+  // ---- inputs ----
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* g = nullptr;
+  const void* beta = nullptr;
+  const void* A_log = nullptr;
+  const void* dt_bias = nullptr;
+  const void* h0 = nullptr;
+  const void* cu_seqlens = nullptr;
+  DType qk_dtype = DType::kUndefined;
+  DType v_dtype = DType::kUndefined;
+  DType g_dtype = DType::kUndefined;
+  DType beta_dtype = DType::kUndefined;
+  DType A_log_dtype = DType::kUndefined;
+  DType dt_bias_dtype = DType::kUndefined;
+  DType h0_dtype = DType::kUndefined;
+  bool cu_i64 = false;
+
+  // ---- outputs ----
+  void* o = nullptr;
+  float* ht = nullptr;
+  void* h = nullptr;
+  DType o_dtype = DType::kUndefined;
+  DType h_dtype = DType::kUndefined;
+  int64_t h_chunks = 0;  // rows of h: h.shape[0] * h.shape[1] (writes past it are dropped)
+
+  // ---- geometry ----
+  int64_t B = 0, T = 0, N = 0;
+  int64_t tokens = 0;  // B * T
+  int64_t NT_b = 0;    // dense: chunks per batch row, ceil(T / BT)
+  int64_t slots = 0;   // chunk slots of gamma / the prep grid (>= chunks over all sequences)
+  int32_t H = 0, HV = 0, group = 1, K = 0, V = 0, BT = 64;
+
+  // ---- options ----
+  float scale = 1.0f;
+  GateMode gate_mode = GateMode::kPre;
+  float lower_bound = 0.0f;
+  bool l2norm = false;        // q, k <- x / sqrt(sum x^2 + 1e-6)
+  bool beta_sigmoid = false;  // beta <- beta_scale * sigmoid(beta)
+  float beta_scale = 1.0f;    // 2 with allow_neg_eigval
+  bool v_first = false;       // state tensors in [.., V, K]
+  // Diagonal 16x16 blocks of A_qk / A_kk by exact per-pair exponents (any gate) instead of the
+  // first-row-anchored product, which needs |g| <= 5 per token (in-kernel lower-bound gate).
+  bool exact_diag = true;
+
+  // ---- scan split: each scan CTA owns `vs` = V / vsplit value columns of one state ----
+  int32_t vsplit = 1;
+  int32_t vs = 0;
+
+  // ---- workspace ----
+  int32_t* chunk_offsets = nullptr;  // varlen only
+  float* w = nullptr;
+  float* qg = nullptr;
+  float* kg = nullptr;
+  float* u = nullptr;
+  float* aqk = nullptr;
+  float* gamma = nullptr;
+};
+
+}  // namespace openkda::cuda::chunk_forward

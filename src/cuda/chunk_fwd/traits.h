@@ -1,0 +1,125 @@
+// Compile-time configuration of the chunk_kda forward kernels: tiles, threads and the shared
+// memory plan of each kernel, with the bank-conflict and alignment constraints as static_asserts.
+//
+//   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 256 threads per (chunk, value head)
+//   ScanTraits<K, BT>     openkda_fwd_scan_kernel: one CTA of vs / 16 warps per
+//                         (sequence, value head, V slice); vs is a run-time value (16..128)
+//
+// Padding rule for f32 tiles read by mma.sync fragments (32 banks of 4 bytes): a tile read as
+// (row = lane / 4, column = lane % 4) has a row stride = 4 (mod 32); one read as float2 at
+// (row = lane / 4, column = 2 (lane % 4)) or as (row = 2 (lane % 4), column = lane / 4) has a row
+// stride = 8 (mod 32) or 4 (mod 32) respectively (see each tile below). Every row stride is a
+// multiple of 4 floats so that float4 / 16-byte cp.async accesses stay aligned.
+#pragma once
+
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#define OPENKDA_CHUNK_FWD_HD __host__ __device__
+#else
+#define OPENKDA_CHUNK_FWD_HD
+#endif
+
+namespace openkda::cuda::chunk_forward {
+
+constexpr int kSubChunk = 16;       // rows of the sub-chunk blocks of A_qk / A_kk
+constexpr int kMaxDynamicSmem = 227 * 1024;  // per block on H100 / H200
+
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
+template <int kK_, int kV_, int kBT_>
+struct PrepTraits {
+  static constexpr int kK = kK_;    // q/k head dim
+  static constexpr int kV = kV_;    // value head dim
+  static constexpr int kBT = kBT_;  // chunk size
+  static constexpr int kThreads = 256;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kNB = kBT / kSubChunk;  // 16-row blocks per chunk
+
+  // Row strides (floats).
+  //   sQ, sK, sG [kBT][kLdX]: read by mma fragments at (row g, col t) -> kLdX = 4 (mod 32); the
+  //     w / u product reads sQ (k beta E) and sK (beta v) at (row 2t, col g) -> also 4 (mod 32).
+  //   sA [kBT][kLdA] (A_kk, then Tinv): read as float2 at (row g, col 2t) -> 8 (mod 32).
+  static constexpr int kLdX = cmax(kK, kV) + 4;
+  static constexpr int kLdA = kBT + 8;
+
+  // Cumsum over the chunk rows: kCumParts threads per column, kCumRows rows each.
+  static constexpr int kCumParts = kThreads / kK;
+  static constexpr int kCumRows = kBT / kCumParts;
+
+  // ---- shared memory plan (floats); lifetimes in kernels.cuh ----
+  //   sQ    [kBT][kLdX]  q (l2-normalised)          -> beta k exp2(G) (operand of w)
+  //   sK    [kBT][kLdX]  k (l2-normalised)          -> beta v         (operand of u)
+  //   sG    [kBT][kLdX]  gate g                     -> G (log2 chunk-local cumsum)
+  //   sA    [kBT][kLdA]  A_kk (strictly lower)      -> Tinv = (I + A_kk)^-1
+  //   sBeta [kBT]        beta (post-activation; 0 on rows past the sequence)
+  //   sScr  [kScratch]   cumsum partial sums, then the block-inverse products P_rc
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + kBT * kLdX;
+  static constexpr int kOffG = kOffK + kBT * kLdX;
+  static constexpr int kOffA = kOffG + kBT * kLdX;
+  static constexpr int kOffBeta = kOffA + kBT * kLdA;
+  static constexpr int kOffScr = kOffBeta + kBT;
+  static constexpr int kScratch =
+      cmax((kNB - 1) * kSubChunk * kSubChunk, kCumParts * kK);
+  static constexpr int kSmemFloats = kOffScr + kScratch;
+  static constexpr size_t kSmemBytes = sizeof(float) * kSmemFloats;
+
+  static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
+  static_assert(kV == 64 || kV == 128, "compiled head dims: V in {64, 128}");
+  static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64");
+  static_assert(kLdX % 32 == 4 && kLdA % 32 == 8, "bank-conflict-free fragment reads");
+  static_assert(kOffK % 4 == 0 && kOffG % 4 == 0 && kOffA % 4 == 0 && kOffBeta % 4 == 0 &&
+                    kOffScr % 4 == 0,
+                "every tile starts 16-byte aligned");
+  static_assert(kThreads % kK == 0 && kBT % kCumParts == 0, "cumsum: whole columns per thread");
+  static_assert(kBT % kWarps == 0, "whole rows per warp in the row-wise passes");
+  static_assert(2 * kNB <= kWarps, "one warp per (row block, A_qk | A_kk) in the intra product");
+  static_assert(kWarps % kNB == 0 && (kK / 8) % (kWarps / kNB) == 0 &&
+                    (kV / 8) % (kWarps / kNB) == 0,
+                "w / u product: whole 8-column tiles per warp");
+  static_assert(kSmemBytes <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
+};
+
+template <int kK_, int kBT_>
+struct ScanTraits {
+  static constexpr int kK = kK_;
+  static constexpr int kBT = kBT_;
+  static constexpr int kMaxWarps = 8;  // vs = 128 value columns, 16 per warp
+  static constexpr int kMaxThreads = 32 * kMaxWarps;
+  static constexpr int kWarpRows = 16;  // value columns (rows of S^T) per warp
+
+  // Row strides (floats).
+  //   sW, sQg [kBT][kLdW]: B operands of S^T w^T, S^T qg^T, read as float2 at (row g, col 2t).
+  //   sKg [kBT][kLdKg]: B operand of v_new^T kg, read at (row 2t, col g).
+  //   sA [kBT][kLdA]: B operand of v_new^T A_qk^T, read as float2 at (row g, col 2t).
+  //   sU [kBT][vs + 4]: u slice, read at (row 2t, col g); vs + 4 = 4 or 20 (mod 32).
+  static constexpr int kLdW = kK + 8;
+  static constexpr int kLdKg = kK + 4;
+  static constexpr int kLdA = kBT + 8;
+
+  // ---- shared memory plan (floats); one chunk's tiles, reloaded every chunk ----
+  static constexpr int kOffW = 0;
+  static constexpr int kOffQg = kOffW + kBT * kLdW;
+  static constexpr int kOffKg = kOffQg + kBT * kLdW;
+  static constexpr int kOffA = kOffKg + kBT * kLdKg;
+  static constexpr int kOffGamma = kOffA + kBT * kLdA;
+  static constexpr int kOffU = kOffGamma + kK;
+  static constexpr int kFixedFloats = kOffU;
+
+  OPENKDA_CHUNK_FWD_HD static constexpr int ld_u(int vs) { return vs + 4; }
+  OPENKDA_CHUNK_FWD_HD static constexpr size_t smem_bytes(int vs) {
+    return sizeof(float) * (static_cast<size_t>(kFixedFloats) + kBT * ld_u(vs));
+  }
+
+  static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
+  static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64");
+  static_assert(kLdW % 32 == 8 && kLdKg % 32 == 4 && kLdA % 32 == 8,
+                "bank-conflict-free fragment reads");
+  static_assert(kOffQg % 4 == 0 && kOffKg % 4 == 0 && kOffA % 4 == 0 && kOffGamma % 4 == 0 &&
+                    kOffU % 4 == 0,
+                "every tile starts 16-byte aligned (cp.async 16 B)");
+  static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
+};
+
+}  // namespace openkda::cuda::chunk_forward

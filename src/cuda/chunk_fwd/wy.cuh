@@ -1,0 +1,129 @@
+// Stage 3 of the chunk_kda forward (prep kernel): the gated keys and the WY representation.
+// CPU twin: cpu/chunk_fwd.cpp fwd_wy.
+//
+// What it computes, for rows i < nv of one chunk (rows past the chunk are never written: the
+// workspace tiles are token-indexed and those rows belong to the next chunk):
+//   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
+//   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg   (G_last: row nv - 1)
+//   gamma = exp2(G_last)                          -> workspace gamma (one row per chunk)
+//   w     = Tinv (beta k exp2(G))                 -> workspace w
+//   u     = Tinv (beta v)                         -> workspace u
+// Every exponent is <= 0 when g <= 0, so every factor is in [0, 1].
+//
+// Grid mapping: one CTA (256 threads) per (chunk, value head). Elementwise passes: thread owns
+// 4 consecutive columns of a row (float4). Products: mma.sync m16n8k8 tf32 with Tinv (sA) as A in
+// paired k order and [BT, N] operands (sQ, sK) as B; warp (mt, ng) owns rows 16 mt .. 16 mt + 15
+// and N / 8 / (8 / NB) column tiles; k blocks with j > 16 mt + 15 are skipped (Tinv is lower
+// triangular there, exact zeros).
+// Shared memory: reads sQ, sK, sG, sBeta, sA; sQ becomes beta k exp2(G), sK becomes beta v.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/chunk_fwd/chunk_index.cuh"
+#include "cuda/chunk_fwd/io.cuh"
+#include "cuda/chunk_fwd/mma.cuh"
+#include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/traits.h"
+
+namespace openkda::cuda::chunk_forward {
+
+// qg, kg and gamma to the workspace; sQ <- beta k exp2(G) in place (the same thread reads q
+// first). `row0`: workspace row of the chunk's row 0; `slot`: the chunk's global index.
+template <class Tr>
+__device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
+                                                 int64_t row0, int64_t slot, int hv, float* sQ,
+                                                 const float* sK, const float* sG,
+                                                 const float* sBeta) {
+  constexpr int kC4 = Tr::kK / 4;
+  constexpr int kLd = Tr::kLdX;
+  const float* sGlast = sG + (cc.nv - 1) * kLd;
+  float* gQg = p.qg + row0 * Tr::kK;
+  float* gKg = p.kg + row0 * Tr::kK;
+  for (int idx = threadIdx.x; idx < Tr::kBT * kC4; idx += Tr::kThreads) {
+    const int i = idx / kC4, d = 4 * (idx % kC4);
+    const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
+    const float4 k4 = *reinterpret_cast<const float4*>(sK + i * kLd + d);
+    const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
+    const float4 l4 = *reinterpret_cast<const float4*>(sGlast + d);
+    const float b = sBeta[i];
+    const float e0 = exp2f(g4.x), e1 = exp2f(g4.y), e2 = exp2f(g4.z), e3 = exp2f(g4.w);
+    if (i < cc.nv) {
+      const float4 qg = make_float4(p.scale * q4.x * e0, p.scale * q4.y * e1,
+                                    p.scale * q4.z * e2, p.scale * q4.w * e3);
+      const float4 kg = make_float4(k4.x * exp2f(l4.x - g4.x), k4.y * exp2f(l4.y - g4.y),
+                                    k4.z * exp2f(l4.z - g4.z), k4.w * exp2f(l4.w - g4.w));
+      *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) = qg;
+      *reinterpret_cast<float4*>(gKg + int64_t{i} * Tr::kK + d) = kg;
+    }
+    *reinterpret_cast<float4*>(sQ + i * kLd + d) =
+        make_float4(b * k4.x * e0, b * k4.y * e1, b * k4.z * e2, b * k4.w * e3);
+  }
+  float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * Tr::kK;
+  for (int d = threadIdx.x; d < Tr::kK; d += Tr::kThreads) gGamma[d] = exp2f(sGlast[d]);
+}
+
+// sK <- beta_i v_i (rows past the chunk: 0).
+template <class Tr>
+__device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const ChunkCoord& cc, int hv,
+                                            float* sK, const float* sBeta) {
+  constexpr int kC4 = Tr::kV / 4;
+#pragma unroll
+  for (int idx = threadIdx.x; idx < Tr::kBT * kC4; idx += Tr::kThreads) {
+    const int i = idx / kC4, e = 4 * (idx % kC4);
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (i < cc.nv) {
+      load_run<4>(p.v, p.v_dtype, ((cc.t0 + i) * p.HV + hv) * Tr::kV + e, x);
+      const float b = sBeta[i];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) x[m] *= b;
+    }
+    *reinterpret_cast<float4*>(sK + i * Tr::kLdX + e) = make_float4(x[0], x[1], x[2], x[3]);
+  }
+}
+
+// gOut[i, :] = sum_j Tinv[i, j] sB[j, :] for rows i < nv; gOut: row 0 of a [rows, kN] f32 tile.
+template <class Tr, int kN>
+__device__ __forceinline__ void tinv_product(const float* sA, const float* sB, float* gOut,
+                                             int nv) {
+  constexpr int kMT = Tr::kBT / kSubChunk;  // 16-row tiles
+  constexpr int kNG = Tr::kWarps / kMT;     // column groups
+  constexpr int kTiles = (kN / 8) / kNG;    // 8-column tiles per warp
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int mt = warp % kMT, ng = warp / kMT;
+  const int r0 = kSubChunk * mt + g, r1 = r0 + 8;
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[q][e] = 0.0f;
+
+#pragma unroll
+  for (int kk = 0; kk < 2 * kMT; ++kk) {
+    if (kk < 2 * (mt + 1)) {  // columns j < 16 (mt + 1); Tinv is 0 beyond
+      uint32_t a[4];
+      a_from_pairs(*reinterpret_cast<const float2*>(sA + r0 * Tr::kLdA + 8 * kk + 2 * t),
+                   *reinterpret_cast<const float2*>(sA + r1 * Tr::kLdA + 8 * kk + 2 * t), a);
+      const float* b_lo = sB + (8 * kk + 2 * t) * Tr::kLdX;
+      const float* b_hi = b_lo + Tr::kLdX;
+#pragma unroll
+      for (int q = 0; q < kTiles; ++q) {
+        const int n = 8 * (ng * kTiles + q) + g;
+        mma_tf32(acc[q], a, to_tf32(b_lo[n]), to_tf32(b_hi[n]));
+      }
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < kTiles; ++q) {
+    const int col = 8 * (ng * kTiles + q) + 2 * t;
+    if (r0 < nv) {
+      *reinterpret_cast<float2*>(gOut + int64_t{r0} * kN + col) = make_float2(acc[q][0], acc[q][1]);
+    }
+    if (r1 < nv) {
+      *reinterpret_cast<float2*>(gOut + int64_t{r1} * kN + col) = make_float2(acc[q][2], acc[q][3]);
+    }
+  }
+}
+
+}  // namespace openkda::cuda::chunk_forward

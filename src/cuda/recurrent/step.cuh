@@ -1,0 +1,412 @@
+// Device stage of fused_recurrent_kda: one token of the KDA recurrence on a register-resident
+// state slice. The kernel (kernel.cuh) reads the state once per call and keeps it in registers
+// across the tokens of a sequence; it writes it once per token (pool mode) or once at the end.
+//
+// What (spec 1.1, per sequence n, value head hv, token t; q/k head h = hv / group):
+//   alpha = exp(g_t) (after the in-kernel gate, if any)             [K]
+//   q <- q * rq * scale, k <- k * rk (rq, rk = l2norm rstd or 1)     [K]
+//   a[e] = sum_d alpha_d S[d, e] k_d,  b[e] = sum_d alpha_d S[d, e] q_d   (one pass over S)
+//   v'   = beta (v - a)                                               [V]
+//   o    = b + v' (k . q)                                             [V]  (= S_new^T q)
+//   S    <- alpha S + k v'^T                                          [K, V]
+// The decayed state alpha S is kept in registers between the reduction and the rank-1 update,
+// so the state is never re-read: a token costs one multiply and three FMAs per element.
+//
+// Grid mapping: one CTA per (n, hv, value slice of Traits::kBlockV columns); see traits.h for
+// the thread tile and lane arrangement of each layout.
+//
+// Thread roles per token:
+//   prologue  threads tid < K own row d = tid: load raw q_d, k_d, g_d, apply the gate, and write
+//             q_d, k_d, alpha_d plus per-warp partial sums (q.q, k.k, q.k) to shared memory;
+//   all       after one __syncthreads: read their rows' q, k, alpha, update their tile, reduce a
+//             and b over the d lanes of the warp (xor shuffles, bitwise identical on every lane),
+//             lane_d == 0 stores o, every thread updates and (optionally) stores its tile.
+//
+// Inputs: RecurrentParams (params.h): q/k/v/g/beta/o in any float dtype through run-time dtype
+// loads; the state through 16-byte loads that bypass L1 (ld.global.L1::no_allocate).
+// Outputs: o, and the state (per token into the pool or final_state rows, or once at the end).
+//
+// Shared memory: TokenSmem<Traits>, double-buffered by token parity so that one barrier per
+// token suffices: 2 x (3 K + 4 kPrologueWarps) floats = 3,200 bytes at K = 128.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/math.cuh"
+#include "cuda/common/vec.cuh"
+#include "cuda/recurrent/params.h"
+#include "cuda/recurrent/traits.h"
+
+namespace openkda::cuda::recurrent {
+
+constexpr float kL2NormEps = 1e-6f;  // inside the square root, as FLA's l2norm
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- run-time dtype element access (inputs and outputs that are not the state) ---------------
+// Inputs are loaded as raw bits and converted at first use: a conversion right after a load in
+// the dtype switch would stall the warp on that load, serialising every input load.
+__device__ __forceinline__ uint32_t load_bits(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF16:
+    case DType::kBF16: return static_cast<const uint16_t*>(p)[i];
+    // NOTE: f64 inputs are converted at once (a rare dtype: one stall instead of a 64-bit lane).
+    case DType::kF64: return __float_as_uint(__double2float_rn(static_cast<const double*>(p)[i]));
+    default: return static_cast<const uint32_t*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ float bits_to_f32(uint32_t bits, DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    case DType::kBF16: return __uint_as_float(bits << 16);
+    default: return __uint_as_float(bits);
+  }
+}
+
+__device__ __forceinline__ void store_f32(void* p, DType dtype, int64_t i, float x) {
+  switch (dtype) {
+    case DType::kF16: static_cast<__half*>(p)[i] = from_f32<__half>(x); break;
+    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(x); break;
+    case DType::kF64: static_cast<double*>(p)[i] = static_cast<double>(x); break;
+    default: static_cast<float*>(p)[i] = x; break;
+  }
+}
+
+// Indices (i32 | i64) as raw 64-bit words (i32 zero-extended), sign-extended at use.
+__device__ __forceinline__ uint64_t load_index_bits(const void* p, DType dtype, int64_t i) {
+  return dtype == DType::kI32 ? static_cast<uint64_t>(static_cast<const uint32_t*>(p)[i])
+                              : static_cast<const uint64_t*>(p)[i];
+}
+
+__device__ __forceinline__ int64_t index_from_bits(uint64_t bits, DType dtype) {
+  return dtype == DType::kI32
+             ? static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)))
+             : static_cast<int64_t>(bits);
+}
+
+__device__ __forceinline__ int64_t load_index(const void* p, DType dtype, int64_t i) {
+  return index_from_bits(load_index_bits(p, dtype, i), dtype);
+}
+
+// ---- state runs: kN contiguous elements of T <-> fp32 registers --------------------------------
+// 16-byte load that does not allocate in L1: the state is read exactly once per call.
+__device__ __forceinline__ uint4 load_stream_16B(const void* ptr) {
+  uint4 r;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(ptr));
+  return r;
+}
+
+// `src` is aligned to min(16, kN * sizeof(T)) bytes (launch.cu checks the base pointers; run
+// offsets are multiples of kN elements).
+template <typename T, int kN>
+__device__ __forceinline__ void load_run(const T* src, float (&out)[kN]) {
+  constexpr int kBytes = kN * static_cast<int>(sizeof(T));
+  if constexpr (kBytes % 16 == 0) {
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+#pragma unroll
+    for (int c = 0; c < kN / kPer; ++c) {
+      const uint4 raw = load_stream_16B(src + c * kPer);
+      const Pack<T, kPer>& pk = *reinterpret_cast<const Pack<T, kPer>*>(&raw);
+#pragma unroll
+      for (int m = 0; m < kPer; ++m) out[c * kPer + m] = to_f32(pk.v[m]);
+    }
+  } else {
+    const Pack<T, kN> pk = load_pack<T, kN>(src);
+#pragma unroll
+    for (int m = 0; m < kN; ++m) out[m] = to_f32(pk.v[m]);
+  }
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ void store_run(T* dst, const float (&in)[kN]) {
+  constexpr int kBytes = kN * static_cast<int>(sizeof(T));
+  constexpr int kPer = kBytes % 16 == 0 ? 16 / static_cast<int>(sizeof(T)) : kN;
+#pragma unroll
+  for (int c = 0; c < kN / kPer; ++c) {
+    Pack<T, kPer> pk;
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) pk.v[m] = from_f32<T>(in[c * kPer + m]);
+    store_pack<T, kPer>(dst + c * kPer, pk);
+  }
+}
+
+// ---- the register tile of one thread -----------------------------------------------------------
+template <class Tr>
+struct StateTile {
+  float s[Tr::kTileD][Tr::kTileE];  // s[j][i] = S[d_of(j), e_of(i)]
+  int lane_d = 0;
+  int e_base = 0;  // column of i = 0
+
+  __device__ __forceinline__ StateTile(int lane, int warp, int e0) {
+    if constexpr (Tr::kVFirst) {
+      lane_d = lane % Tr::kLanesD;
+      e_base = e0 + warp * Tr::kWarpE + lane / Tr::kLanesD;
+    } else {
+      lane_d = lane / Tr::kLanesE;
+      e_base = e0 + warp * Tr::kWarpE + (lane % Tr::kLanesE) * Tr::kVec;
+    }
+  }
+
+  __device__ __forceinline__ int d_of(int j) const {
+    if constexpr (Tr::kVFirst)
+      return lane_d * Tr::kVec + (j / Tr::kVec) * Tr::kRunStrideD + j % Tr::kVec;
+    else
+      return lane_d + Tr::kLanesD * j;
+  }
+
+  __device__ __forceinline__ int e_of(int i) const {
+    return Tr::kVFirst ? e_base + Tr::kLanesE * i : e_base + i;
+  }
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int j = 0; j < Tr::kTileD; ++j)
+#pragma unroll
+      for (int i = 0; i < Tr::kTileE; ++i) s[j][i] = 0.0f;
+  }
+
+  // `head` points at element (0, 0) of this head's [K, V] (or [V, K]) state.
+  template <typename T>
+  __device__ __forceinline__ void load(const T* head) {
+    if constexpr (Tr::kVFirst) {
+#pragma unroll
+      for (int i = 0; i < Tr::kTileE; ++i)
+#pragma unroll
+        for (int r = 0; r < Tr::kTileD / Tr::kVec; ++r) {
+          float run[Tr::kVec];
+          load_run<T, Tr::kVec>(head + e_of(i) * Tr::kK + d_of(r * Tr::kVec), run);
+#pragma unroll
+          for (int m = 0; m < Tr::kVec; ++m) s[r * Tr::kVec + m][i] = run[m];
+        }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Tr::kTileD; ++j)
+        load_run<T, Tr::kVec>(head + d_of(j) * Tr::kV + e_base, s[j]);
+    }
+  }
+
+  template <typename T>
+  __device__ __forceinline__ void store(T* head) const {
+    if constexpr (Tr::kVFirst) {
+#pragma unroll
+      for (int i = 0; i < Tr::kTileE; ++i)
+#pragma unroll
+        for (int r = 0; r < Tr::kTileD / Tr::kVec; ++r) {
+          float run[Tr::kVec];
+#pragma unroll
+          for (int m = 0; m < Tr::kVec; ++m) run[m] = s[r * Tr::kVec + m][i];
+          store_run<T, Tr::kVec>(head + e_of(i) * Tr::kK + d_of(r * Tr::kVec), run);
+        }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Tr::kTileD; ++j)
+        store_run<T, Tr::kVec>(head + d_of(j) * Tr::kV + e_base, s[j]);
+    }
+  }
+
+  // Run-time dtype of the state tensor -> one typed load (a uniform branch per call).
+  __device__ __forceinline__ void load_any(const void* base, DType dtype, int64_t head_offset) {
+    switch (dtype) {
+      case DType::kF32: load(static_cast<const float*>(base) + head_offset); break;
+      case DType::kBF16: load(static_cast<const __nv_bfloat16*>(base) + head_offset); break;
+      case DType::kF16: load(static_cast<const __half*>(base) + head_offset); break;
+      case DType::kF64: load(static_cast<const double*>(base) + head_offset); break;
+      default: zero(); break;
+    }
+  }
+
+  __device__ __forceinline__ void store_any(void* base, DType dtype, int64_t head_offset) const {
+    switch (dtype) {
+      case DType::kF32: store(static_cast<float*>(base) + head_offset); break;
+      case DType::kBF16: store(static_cast<__nv_bfloat16*>(base) + head_offset); break;
+      case DType::kF16: store(static_cast<__half*>(base) + head_offset); break;
+      case DType::kF64: store(static_cast<double*>(base) + head_offset); break;
+      default: break;
+    }
+  }
+};
+
+// Sum over the kLanesD lanes that hold the same columns (xor butterfly: every lane ends with the
+// bitwise same value, since each step adds the same two partial sums in either order).
+template <class Tr>
+__device__ __forceinline__ float sum_over_d_lanes(float x) {
+#pragma unroll
+  for (int m = Tr::kLaneMaskD; m < Tr::kLaneMaskD * Tr::kLanesD; m <<= 1)
+    x += __shfl_xor_sync(kFullMask, x, m);
+  return x;
+}
+
+// ---- per-token inputs --------------------------------------------------------------------------
+// Shared memory of the prologue, double-buffered by token parity.
+template <class Tr>
+struct TokenSmem {
+  alignas(16) float q[2][Tr::kK];      // raw q (before l2norm and scale)
+  alignas(16) float k[2][Tr::kK];      // raw k
+  alignas(16) float alpha[2][Tr::kK];  // exp(g) after the gate
+  float4 sums[2][Tr::kPrologueWarps];  // per-warp (q.q, k.k, q.k, 0)
+};
+
+// What a prologue thread (row d = tid < K) reads of one token, as raw bits; prefetched one token
+// ahead.
+struct RowInputs {
+  uint32_t q = 0;
+  uint32_t k = 0;
+  uint32_t g = 0;
+  uint64_t slot = 0;  // pool slot written after this token (in-place pool mode), raw index bits
+};
+
+// Loads of token `tok` (packed row; sequence-local index t) for row d = tid.
+template <class Tr>
+__device__ __forceinline__ RowInputs load_row_inputs(const RecurrentParams& p, int64_t tok,
+                                                     int64_t t, int n, int h, int hv, int tid) {
+  RowInputs r;
+  if (tid < Tr::kK) {
+    const int64_t qk_off = (tok * p.H + h) * Tr::kK + tid;
+    r.q = load_bits(p.q, p.qk_dtype, qk_off);
+    r.k = load_bits(p.k, p.qk_dtype, qk_off);
+    r.g = load_bits(p.g, p.g_dtype, (tok * p.HV + hv) * Tr::kK + tid);
+  }
+  if (p.inplace) r.slot = load_index_bits(p.state_indices, p.idx_dtype, n * p.idx_cols + t);
+  return r;
+}
+
+// Values and beta of this thread's columns (raw bits; beta[0] only unless headwise); prefetched
+// one token ahead with the rows.
+template <class Tr>
+struct ColumnInputs {
+  uint32_t v[Tr::kTileE];
+  uint32_t beta[Tr::kTileE];
+};
+
+template <class Tr>
+__device__ __forceinline__ ColumnInputs<Tr> load_column_inputs(const RecurrentParams& p,
+                                                               const StateTile<Tr>& S, int64_t tok,
+                                                               int hv) {
+  ColumnInputs<Tr> c;
+  const int64_t row_v = (tok * p.HV + hv) * Tr::kV;
+#pragma unroll
+  for (int i = 0; i < Tr::kTileE; ++i) c.v[i] = load_bits(p.v, p.v_dtype, row_v + S.e_of(i));
+  if (p.headwise_beta) {
+#pragma unroll
+    for (int i = 0; i < Tr::kTileE; ++i)
+      c.beta[i] = load_bits(p.beta, p.beta_dtype, row_v + S.e_of(i));
+  } else {
+    c.beta[0] = load_bits(p.beta, p.beta_dtype, tok * p.HV + hv);
+#pragma unroll
+    for (int i = 1; i < Tr::kTileE; ++i) c.beta[i] = 0;
+  }
+  return c;
+}
+
+// Per-token log-decay of row d from the raw gate (spec 3.1 / 3.2, fp32).
+__device__ __forceinline__ float gate_log_decay(const RecurrentParams& p, float g, float bias,
+                                                float a_coef) {
+  if (!p.gate_in_kernel) return g;
+  const float x = g + bias;
+  if (p.has_lower_bound) return p.lower_bound * sigmoid_f32(a_coef * x);
+  return -a_coef * softplus_f32(x);
+}
+
+__device__ __forceinline__ float beta_activation(const RecurrentParams& p, float b) {
+  return p.beta_sigmoid ? p.beta_scale * sigmoid_f32(b) : b;
+}
+
+// Prologue of one token: row d = tid writes its q, k, alpha and the warp's partial dot products.
+template <class Tr>
+__device__ __forceinline__ void token_prologue(const RecurrentParams& p, const RowInputs& in,
+                                               float bias, float a_coef, int buf, int tid,
+                                               TokenSmem<Tr>& sm) {
+  if (tid >= Tr::kK) return;  // whole warps: K is a multiple of 32
+  const float q = bits_to_f32(in.q, p.qk_dtype), k = bits_to_f32(in.k, p.qk_dtype);
+  sm.q[buf][tid] = q;
+  sm.k[buf][tid] = k;
+  sm.alpha[buf][tid] = exp_f32(gate_log_decay(p, bits_to_f32(in.g, p.g_dtype), bias, a_coef));
+  float qq = q * q, kk = k * k, qk = q * k;
+#pragma unroll
+  for (int m = 16; m >= 1; m >>= 1) {
+    qq += __shfl_xor_sync(kFullMask, qq, m);
+    kk += __shfl_xor_sync(kFullMask, kk, m);
+    qk += __shfl_xor_sync(kFullMask, qk, m);
+  }
+  if ((tid & 31) == 0) sm.sums[buf][tid >> 5] = make_float4(qq, kk, qk, 0.0f);
+}
+
+// ---- the token update --------------------------------------------------------------------------
+// After the prologue barrier: decays the tile, reduces a and b, writes o (lane_d == 0) and
+// applies the rank-1 update. `tok` is the packed token row.
+template <class Tr>
+__device__ __forceinline__ void token_update(const RecurrentParams& p, StateTile<Tr>& S,
+                                             const TokenSmem<Tr>& sm, int buf,
+                                             const ColumnInputs<Tr>& col, int64_t tok, int hv) {
+  const int64_t row_v = (tok * p.HV + hv) * Tr::kV;
+  // l2norm and scale factors, summed in a fixed order (the same on every thread).
+  float qq = 0.0f, kk = 0.0f, qk = 0.0f;
+#pragma unroll
+  for (int w = 0; w < Tr::kPrologueWarps; ++w) {
+    const float4 s4 = sm.sums[buf][w];
+    qq += s4.x;
+    kk += s4.y;
+    qk += s4.z;
+  }
+  const float rq = p.l2norm ? 1.0f / sqrtf(qq + kL2NormEps) : 1.0f;
+  const float rk = p.l2norm ? 1.0f / sqrtf(kk + kL2NormEps) : 1.0f;
+  const float q_scale = rq * p.scale;
+  const float kq = qk * q_scale * rk;  // (k . q) of the normalised, scaled vectors
+
+  // One pass over the tile: decay, and the partial sums of a = S'^T k, b = S'^T q.
+  float a[Tr::kTileE], b[Tr::kTileE];
+#pragma unroll
+  for (int i = 0; i < Tr::kTileE; ++i) a[i] = b[i] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < Tr::kTileD; ++j) {
+    const int d = S.d_of(j);
+    const float alpha = sm.alpha[buf][d];
+    const float kd = sm.k[buf][d] * rk;
+    const float qd = sm.q[buf][d] * q_scale;
+#pragma unroll
+    for (int i = 0; i < Tr::kTileE; ++i) {
+      const float x = alpha * S.s[j][i];
+      S.s[j][i] = x;
+      a[i] = fmaf(x, kd, a[i]);
+      b[i] = fmaf(x, qd, b[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < Tr::kTileE; ++i) {
+    a[i] = sum_over_d_lanes<Tr>(a[i]);
+    b[i] = sum_over_d_lanes<Tr>(b[i]);
+  }
+
+  // v' = beta (v - a); o = b + v' (k . q).
+  float vn[Tr::kTileE];
+  if (p.headwise_beta) {
+#pragma unroll
+    for (int i = 0; i < Tr::kTileE; ++i)
+      vn[i] = beta_activation(p, bits_to_f32(col.beta[i], p.beta_dtype)) *
+              (bits_to_f32(col.v[i], p.v_dtype) - a[i]);
+  } else {
+    const float beta = beta_activation(p, bits_to_f32(col.beta[0], p.beta_dtype));
+#pragma unroll
+    for (int i = 0; i < Tr::kTileE; ++i) vn[i] = beta * (bits_to_f32(col.v[i], p.v_dtype) - a[i]);
+  }
+  if (S.lane_d == 0) {
+#pragma unroll
+    for (int i = 0; i < Tr::kTileE; ++i)
+      store_f32(p.o, p.o_dtype, row_v + S.e_of(i), fmaf(vn[i], kq, b[i]));
+  }
+
+  // Rank-1 update S = S' + k v'^T.
+#pragma unroll
+  for (int j = 0; j < Tr::kTileD; ++j) {
+    const float kd = sm.k[buf][S.d_of(j)] * rk;
+#pragma unroll
+    for (int i = 0; i < Tr::kTileE; ++i) S.s[j][i] = fmaf(kd, vn[i], S.s[j][i]);
+  }
+}
+
+}  // namespace openkda::cuda::recurrent

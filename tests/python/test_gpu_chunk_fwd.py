@@ -1,0 +1,460 @@
+"""chunk_kda forward on CUDA (src/cuda/chunk_fwd) against the float64 reference.
+
+Every check runs ``openkda.chunk_kda`` on CUDA tensors and compares o, the final state and the
+``h`` snapshots with tests/python/reference.py (a per-token float64 loop written from the math)
+evaluated on the very same inputs (rounded to the kernel dtype first, then upcast): rel-RMS <= 5e-3
+(RTOL). Failures print where the error lives (token, position inside the chunk, head) so that a
+broken stage or fragment mapping shows up as a pattern, not just a number.
+
+Also: adversarial regimes (long memory, strong decay, per-channel extremes, +-20/30 raw gates,
+T = 65536), bitwise determinism, exact causality, CUDA-graph capture/replay, agreement with the CPU
+backend, and the CUDA-only errors. All tests are marked ``gpu`` and skip without a CUDA build.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import openkda
+import reference as R
+from cases import Case, make_inputs, params
+
+pytestmark = pytest.mark.gpu
+
+RTOL = 5e-3
+QKVGB = ("q", "k", "v", "g", "beta")
+DEV = "cuda"
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+def _cuda_inputs(case: Case, **scale) -> dict:
+    """make_inputs on the GPU; ``scale`` multiplies named float64 inputs before the dtype cast."""
+    inputs = make_inputs(case)
+    out = {}
+    for name, t in inputs.items():
+        if isinstance(t, torch.Tensor):
+            if name in scale:
+                t = (t.double() * scale[name]).to(t.dtype)
+            t = t.to(DEV)
+        out[name] = t
+    return out
+
+
+def _split(inputs: dict, case: Case):
+    args = [inputs[n] for n in QKVGB]
+    kw = {n: t for n, t in inputs.items() if n not in QKVGB}
+    if case.chunk_size != 64:
+        kw["chunk_size"] = case.chunk_size
+    return args, kw
+
+
+def _poison(*shapes_dtypes) -> None:
+    """Leaves NaN-filled blocks of these sizes in the caching allocator, so that outputs the kernel
+    forgets to write come back as NaN instead of plausible stale values."""
+    blocks = [torch.full(s, float("nan"), dtype=d, device=DEV) for s, d in shapes_dtypes]
+    del blocks
+
+
+def _run(inputs: dict, case: Case, want_h: bool = False):
+    """openkda.chunk_kda on the GPU -> (o, final_state, h or None)."""
+    args, kw = _split(inputs, case)
+    B, T, HV, V = case.B, case.T, case.HV, case.V
+    _poison(((B, T, HV, V), inputs["q"].dtype), ((max(case.N, 1), HV, case.K, V), torch.float32))
+    if want_h:
+        with torch.inference_mode():
+            o, ht, h = openkda.chunk_kda(*args, return_intermediate_states=True, **kw)
+    else:
+        o, ht = openkda.chunk_kda(*args, **kw)
+        h = None
+    torch.cuda.synchronize()
+    return o, ht, h
+
+
+def _reference(inputs: dict, case: Case, want_h: bool = False):
+    """float64 reference -> (o, final_state, h or None); runs on the GPU for long inputs."""
+    device = "cpu" if case.B * case.T <= 4096 and not want_h else DEV
+    d = {n: (t.detach().to(device).double() if isinstance(t, torch.Tensor) and t.is_floating_point()
+             else t) for n, t in inputs.items()}
+    cu = inputs.get("cu_seqlens")
+    with torch.no_grad():
+        out = R.kda(
+            d["q"], d["k"], d["v"], d["g"], d["beta"],
+            scale=inputs.get("scale"),
+            initial_state=d.get("initial_state"),
+            use_qk_l2norm_in_kernel=inputs.get("use_qk_l2norm_in_kernel", False),
+            use_gate_in_kernel=inputs.get("use_gate_in_kernel", False),
+            A_log=d.get("A_log"), dt_bias=d.get("dt_bias"),
+            lower_bound=inputs.get("lower_bound"),
+            use_beta_sigmoid_in_kernel=inputs.get("use_beta_sigmoid_in_kernel", False),
+            allow_neg_eigval=inputs.get("allow_neg_eigval", False),
+            state_v_first=inputs.get("state_v_first", False),
+            cu_seqlens=None if cu is None else cu.tolist(),
+            return_token_states=want_h,
+        )
+    if not want_h:
+        return out[0], out[1], None
+    o, ht, states = out
+    v_first = inputs.get("state_v_first", False)
+    shape = (case.HV, case.V, case.K) if v_first else (case.HV, case.K, case.V)
+    h0 = d.get("initial_state")
+    initial = [h0[n] if h0 is not None else o.new_zeros(shape) for n in range(case.N)]
+    h = R.chunk_start_states(states, initial, case.B, case.T, case.chunk_size, case.cu_seqlens)
+    return o, ht, h
+
+
+def _locate(diff: torch.Tensor, ref: torch.Tensor, token_dim: int | None, chunk: int) -> str:
+    """Where the error lives: worst element, and for token-major tensors the first bad token, the
+    bad positions inside the chunk (a fragment-mapping bug shows as a fixed set of rows) and heads."""
+    flat = int(diff.argmax())
+    idx = []
+    for s in reversed(diff.shape):
+        idx.append(flat % s)
+        flat //= s
+    idx = tuple(reversed(idx))
+    msg = f"max abs err {diff.max().item():.3e} at {idx} (ref {ref[idx].item():.4e})"
+    if token_dim is not None and diff.dim() == 4 and diff.shape[token_dim] > 0:
+        scale = ref.pow(2).mean().sqrt().item() + 1e-12
+        per_tok = diff.pow(2).mean(dim=(0, 2, 3)).sqrt() / scale  # [T]
+        bad = (per_tok > RTOL).nonzero().flatten().tolist()
+        if bad:
+            rows = sorted({t % chunk for t in bad})
+            per_head = diff.pow(2).mean(dim=(0, 1, 3)).sqrt() / scale
+            msg += (f"; {len(bad)} tokens above tol, first {bad[0]}, rows in chunk {rows[:16]}"
+                    f"{'...' if len(rows) > 16 else ''}, per-head rel err "
+                    f"{[round(x, 4) for x in per_head.tolist()]}")
+    return msg
+
+
+def _check(name: str, ref: torch.Tensor, out: torch.Tensor, tol: float = RTOL,
+           token_dim: int | None = None, chunk: int = 64) -> float:
+    assert out is not None, f"{name}: missing output"
+    assert tuple(out.shape) == tuple(ref.shape), \
+        f"{name}: shape {tuple(out.shape)}; expected {tuple(ref.shape)}"
+    ref = ref.detach().to(out.device).double()
+    got = out.detach().double()
+    finite = torch.isfinite(got)
+    if not finite.all():
+        bad = (~finite).nonzero()
+        raise AssertionError(f"{name}: {bad.shape[0]} non-finite values (NaN: unwritten or "
+                             f"overflow), first at {tuple(bad[0].tolist())}")
+    if ref.numel() == 0:
+        return 0.0
+    err = R.rel_rms(ref, got)
+    if not err <= tol:
+        raise AssertionError(f"{name}: rel-RMS {err:.3e} > {tol:.1e}; "
+                             + _locate((got - ref).abs(), ref, token_dim, chunk))
+    return err
+
+
+def _check_case(case: Case, want_h: bool = False, inputs: dict | None = None,
+                tol: float = RTOL) -> dict:
+    inputs = _cuda_inputs(case) if inputs is None else inputs
+    o, ht, h = _run(inputs, case, want_h)
+    ref_o, ref_ht, ref_h = _reference(inputs, case, want_h)
+    assert o.dtype == inputs["q"].dtype and o.device.type == torch.device(DEV).type
+    errs = {"o": _check("o", ref_o, o, tol, token_dim=1, chunk=case.chunk_size)}
+    if case.final:
+        assert ht.dtype == torch.float32
+        errs["final_state"] = _check("final_state", ref_ht, ht, tol)
+    else:
+        assert ht is None
+    if want_h:
+        assert h.dtype == inputs["k"].dtype
+        errs["h"] = _check("h", ref_h, h, tol)
+    return errs
+
+
+def _case(**kw) -> Case:
+    base = dict(B=1, T=130, H=2, HV=2, K=64, V=64, dtype="bf16")
+    base.update(kw)
+    return Case(**base)
+
+
+# ---- FLA's test grid (spec 9.2), on the head dims the GPU compiles -----------------------------
+
+GRID = [
+    _case(T=1, H=1, HV=1),
+    _case(B=2, T=63, K=128, V=128),
+    _case(T=64, H=2, HV=4, K=64, V=128),
+    _case(B=2, T=65, H=1, HV=2, K=128, V=64, dtype="f16"),
+    _case(B=2, T=500, H=3, HV=3, K=128, V=128, gate="softplus", beta="sigmoid", l2norm=True),
+    _case(B=4, T=1000, H=4, HV=4, K=128, V=128, scale=0.1),
+    _case(B=2, T=1024, H=2, HV=8, K=128, V=128, l2norm=True, gate="lb", safe_gate=True),
+    _case(B=1, T=300, H=2, HV=2, K=128, V=128, dtype="f32", gate="softplus"),
+    _case(B=2, T=300, K=64, V=64, chunk_size=32, gate="softplus", beta="neg"),
+    _case(B=2, T=200, K=128, V=64, v_first=True, h0_dtype="bf16"),
+    _case(B=2, T=200, K=64, V=128, v_first=True, chunk_size=32, gate="lb"),
+    _case(B=2, T=100, h0=False, final=False),
+    _case(B=1, T=4096, H=4, HV=4, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+          beta="sigmoid"),
+]
+
+
+@pytest.mark.parametrize("case", params(GRID))
+def test_grid(case):
+    _check_case(case)
+
+
+# ---- every gate x beta mode ----------------------------------------------------------------------
+
+MODES = [
+    _case(B=2, T=150, H=2, HV=4, gate=gate, beta=beta, l2norm=l2)
+    for gate in ("pre", "softplus", "lb", "lb_noA")
+    for beta in ("post", "sigmoid", "neg")
+    for l2 in (False, True)
+] + [
+    _case(B=2, T=150, gate="pre", safe_gate=True),
+    _case(B=2, T=150, gate="lb", safe_gate=True, l2norm=True, beta="sigmoid"),
+    _case(B=2, T=150, gate="lb_noA", safe_gate=True),
+    _case(B=2, T=150, gate="softplus", dt_bias=False, A_log_shape="4d"),
+    _case(B=2, T=150, gate="lb", dt_bias=False),
+]
+
+
+@pytest.mark.parametrize("case", params(MODES))
+def test_modes(case):
+    _check_case(case)
+
+
+# ---- varlen ------------------------------------------------------------------------------------
+
+VARLEN = [
+    _case(T=103, cu_seqlens=(0, 0, 1, 40, 40, 103), cu_dtype="i32"),
+    _case(T=103, cu_seqlens=(0, 0, 1, 40, 40, 103), cu_dtype="i64", chunk_size=32, v_first=True),
+    _case(T=15, cu_seqlens=(0, 15), K=128, V=128, gate="softplus", l2norm=True),
+    _case(T=1000, cu_seqlens=(0, 256, 500, 1000), H=4, HV=4, gate="softplus", beta="sigmoid"),
+    _case(T=2000, cu_seqlens=(0, 15, 100, 300, 1200, 2000), H=2, HV=4, K=128, V=128,
+          gate="lb", safe_gate=True, l2norm=True, beta="sigmoid", cu_dtype="i32"),
+    _case(T=4096, cu_seqlens=(0, 100, 300, 1200, 3000, 4096), H=2, HV=2, K=128, V=128,
+          h0_dtype="bf16"),
+    _case(T=160, cu_seqlens=(0, 31, 96, 160), chunk_size=32, gate="softplus", h0=False),
+    _case(T=129, cu_seqlens=(0, 64, 65, 129, 129), K=128, V=64, beta="neg", final=False),
+]
+
+
+@pytest.mark.parametrize("case", params(VARLEN))
+def test_varlen(case):
+    _check_case(case)
+
+
+# ---- return_intermediate_states ------------------------------------------------------------------
+
+H_CASES = [
+    _case(B=2, T=300, K=128, V=128, gate="lb", safe_gate=True, l2norm=True),
+    _case(B=1, T=200, K=64, V=128, v_first=True, chunk_size=32, gate="softplus"),
+    _case(B=2, T=64, dtype="f16", h0_dtype="bf16"),
+]
+
+# h with device-side cu_seqlens: the core's validation of h's shape must not read cu_seqlens on
+# the host (deselect with -k "not varlen_h" on a build where it still does).
+H_VARLEN_CASES = [
+    _case(T=300, cu_seqlens=(0, 1, 65, 65, 300), K=128, V=128, cu_dtype="i32"),
+    _case(T=300, cu_seqlens=(0, 100, 300), v_first=True, dtype="f32"),
+]
+
+
+@pytest.mark.parametrize("case", params(H_CASES))
+def test_intermediate_states(case):
+    _check_case(case, want_h=True)
+
+
+@pytest.mark.parametrize("case", params(H_VARLEN_CASES))
+def test_intermediate_states_varlen_h(case):
+    _check_case(case, want_h=True)
+
+
+# ---- adversarial regimes -------------------------------------------------------------------------
+
+def _raw_gate_case(case: Case, raw: float | None = None, factor: float | None = None,
+                   **scale) -> dict:
+    inputs = _cuda_inputs(case, **scale)
+    g = inputs["g"].double()
+    if raw is not None:
+        g = torch.full_like(g, raw) + 0.1 * torch.randn_like(g)
+    if factor is not None:
+        g = g * factor
+    inputs["g"] = g.to(inputs["g"].dtype)
+    return inputs
+
+
+def test_long_memory():
+    """decay ~ 1 (softplus of raw -12), tiny updates (v x 1e-3), |h0| ~ 10: a bf16 state or bf16
+    S-products would lose the updates."""
+    case = _case(B=1, T=2048, H=2, HV=2, K=128, V=128, gate="softplus", l2norm=True,
+                 beta="sigmoid")
+    inputs = _raw_gate_case(case, raw=-12.0, v=1e-3, initial_state=20.0)
+    errs = _check_case(case, inputs=inputs)
+    assert errs["o"] <= RTOL
+
+
+def test_strong_decay():
+    """log-decay at lower_bound on every step (raw gate +20 through the sigmoid gate)."""
+    case = _case(B=2, T=512, K=128, V=128, gate="lb", safe_gate=True, l2norm=True)
+    _check_case(case, inputs=_raw_gate_case(case, raw=20.0))
+
+
+def test_strong_decay_pre_gated():
+    """pre-gated g = -5 (the safe bound) and g = -1000 on 10% of the entries (FLA's varlen mask)."""
+    case = _case(B=1, T=300, K=128, V=128, cu_seqlens=(0, 100, 300))
+    inputs = _cuda_inputs(case)
+    g = torch.full_like(inputs["g"], -5.0, dtype=torch.float64)
+    mask = torch.rand_like(g) < 0.1
+    inputs["g"] = torch.where(mask, torch.full_like(g, -1000.0), g).to(inputs["g"].dtype)
+    _check_case(case, inputs=inputs)
+
+
+def test_per_channel_extremes():
+    """raw gate x 8 through softplus: some channels decay completely each step, others not at all."""
+    case = _case(B=2, T=400, H=2, HV=4, K=128, V=128, gate="softplus", l2norm=True)
+    _check_case(case, inputs=_raw_gate_case(case, factor=8.0))
+
+
+@pytest.mark.parametrize("raw", [-30.0, -20.0, 20.0, 30.0])
+def test_softplus_raw_gate_extremes(raw):
+    """the unbounded softplus gate never gives inf/NaN, whatever the raw gate (every exponent of the
+    exact path is <= 0)."""
+    case = _case(B=1, T=300, K=128, V=128, gate="softplus", beta="sigmoid", l2norm=True)
+    _check_case(case, inputs=_raw_gate_case(case, raw=raw))
+
+
+def test_long_sequence_65536():
+    case = _case(B=1, T=65536, H=1, HV=2, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+                 beta="sigmoid")
+    _check_case(case)
+
+
+# ---- serving properties --------------------------------------------------------------------------
+
+def _assert_bitwise(first, again, names=("o", "final_state", "h")):
+    for name, a, b in zip(names, first, again):
+        if a is None:
+            continue
+        if not torch.equal(a, b):
+            diff = (a.double() - b.double()).abs()
+            raise AssertionError(f"{name}: two runs differ at {int((diff > 0).sum())} elements "
+                                 f"(max {diff.max().item():.3e})")
+
+
+def test_deterministic():
+    case = _case(B=2, T=1000, H=2, HV=4, K=128, V=128, gate="softplus", l2norm=True,
+                 beta="sigmoid")
+    inputs = _cuda_inputs(case)
+    first = _run(inputs, case, want_h=True)
+    for _ in range(2):
+        _assert_bitwise(first, _run(inputs, case, want_h=True))
+    case = _case(B=1, T=2000, H=2, HV=4, K=128, V=128, cu_seqlens=(0, 700, 701, 2000),
+                 gate="lb", safe_gate=True, l2norm=True, beta="sigmoid")
+    inputs = _cuda_inputs(case)
+    first = _run(inputs, case)
+    for _ in range(2):
+        _assert_bitwise(first, _run(inputs, case))
+
+
+@pytest.mark.parametrize("gate", ["lb_safe", "softplus"])
+def test_causal(gate):
+    """changing tokens after t never changes o[:t + 1], not even by one bit."""
+    kw = dict(gate="lb", safe_gate=True) if gate == "lb_safe" else dict(gate="softplus")
+    case = _case(B=1, T=256, H=2, HV=2, K=128, V=128, l2norm=True, beta="sigmoid", **kw)
+    inputs = _cuda_inputs(case)
+    o_ref, _, _ = _run(inputs, case)
+    for t in (0, 7, 15, 16, 31, 47, 63, 64, 100, 200, 254):
+        pert = dict(inputs)
+        for name in QKVGB:
+            x = inputs[name].clone()
+            x[:, t + 1:] = torch.randn_like(x[:, t + 1:].float()).to(x.dtype)
+            pert[name] = x
+        o, _, _ = _run(pert, case)
+        same = o[:, :t + 1] == o_ref[:, :t + 1]
+        if not same.all():
+            first = (~same).nonzero()[0].tolist()
+            raise AssertionError(f"perturbing tokens > {t} changed o at {first} "
+                                 f"({int((~same).sum())} elements)")
+        assert not torch.equal(o[:, t + 1:], o_ref[:, t + 1:]), "perturbation had no effect"
+
+
+def test_cuda_graph_capture_replay():
+    """the op captures into a CUDA graph (no host sync, no allocation outside the graph pool) and
+    replays on new data exactly like an eager call."""
+    case = _case(B=1, T=700, H=2, HV=4, K=128, V=128, cu_seqlens=(0, 0, 300, 301, 700),
+                 gate="lb", safe_gate=True, l2norm=True, beta="sigmoid", cu_dtype="i32")
+    inputs = _cuda_inputs(case)
+    args, kw = _split(inputs, case)
+    static = [a.clone() for a in args]
+    o_eager, ht_eager = openkda.chunk_kda(*static, **kw)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        openkda.chunk_kda(*static, **kw)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g, ht_g = openkda.chunk_kda(*static, **kw)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o_g, o_eager) and torch.equal(ht_g, ht_eager)
+    # New values in the same buffers: the replay must follow them.
+    fresh = _cuda_inputs(case)
+    for buf, name in zip(static, QKVGB):
+        buf.copy_(fresh[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    o_new, ht_new = openkda.chunk_kda(*[fresh[n] for n in QKVGB], **kw)
+    assert torch.equal(o_g, o_new) and torch.equal(ht_g, ht_new)
+
+
+def _against_cpu(case: Case) -> None:
+    inputs = _cuda_inputs(case)
+    o, ht, h = _run(inputs, case, want_h=True)
+    cpu = {n: (t.cpu() if isinstance(t, torch.Tensor) else t) for n, t in inputs.items()}
+    args, kw = _split(cpu, case)
+    with torch.inference_mode():
+        o_c, ht_c, h_c = openkda.chunk_kda(*args, return_intermediate_states=True, **kw)
+    _check("o vs CPU", o_c, o, token_dim=1, chunk=case.chunk_size)
+    _check("final_state vs CPU", ht_c, ht)
+    _check("h vs CPU", h_c, h)
+
+
+def test_matches_cpu_backend(f64_core):
+    """the CUDA stages against their CPU twins (the chunked CPU backend in f64, end to end)."""
+    _against_cpu(_case(B=2, T=333, H=2, HV=4, K=128, V=64, gate="softplus", l2norm=True,
+                       beta="sigmoid", v_first=True))
+
+
+def test_matches_cpu_backend_varlen_h(f64_core):
+    _against_cpu(_case(B=1, T=333, H=2, HV=4, K=64, V=128, cu_seqlens=(0, 1, 150, 333),
+                       gate="lb", safe_gate=True, chunk_size=32))
+
+
+@pytest.mark.parametrize("K,V", [(100, 64), (64, 96), (256, 128)])
+def test_unsupported_head_dims(K, V):
+    case = _case(T=20, K=K, V=V)
+    inputs = _cuda_inputs(case)
+    args, kw = _split(inputs, case)
+    with pytest.raises(NotImplementedError, match="on CUDA"):
+        openkda.chunk_kda(*args, **kw)
+
+
+def test_sanitizer_small_varlen():
+    """small cases with initial and final state, quick enough for compute-sanitizer
+    (memcheck / racecheck: ``-k sanitizer``): varlen with empty and 1-token sequences, and h."""
+    _check_case(_case(T=100, cu_seqlens=(0, 0, 1, 37, 100), K=64, V=64, gate="softplus",
+                      beta="sigmoid", l2norm=True))
+    _check_case(_case(T=100, cu_seqlens=(0, 0, 1, 37, 100), K=128, V=128, gate="lb",
+                      safe_gate=True, chunk_size=32, v_first=True))
+    _check_case(_case(B=2, T=70, K=128, V=64, gate="softplus"), want_h=True)
+
+
+def test_empty_and_zero_length():
+    """T = 0: o is empty and the final state is the initial state."""
+    case = _case(B=2, T=0)
+    inputs = _cuda_inputs(case)
+    args, kw = _split(inputs, case)
+    o, ht = openkda.chunk_kda(*args, **kw)
+    torch.cuda.synchronize()
+    assert o.shape == (2, 0, 2, 64)
+    assert torch.equal(ht, kw["initial_state"].float())
+    case = _case(T=10, cu_seqlens=(0, 0, 10, 10))
+    _check_case(case)
+
