@@ -49,9 +49,37 @@ TensorRef make_tensor(void* data, DType dtype, std::initializer_list<int64_t> sh
 TensorRef make_tensor(void* data, DType dtype, int ndim, const int64_t* shape,
                       Device device = Device{});
 
-size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);    // "bf16", "f32", ...
-const char* device_name(DeviceType t);  // "cpu", "cuda"
+// Inline so that every layer (the CUDA launchers included) shares one definition.
+inline size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF64:
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+    case DType::kUndefined: break;
+  }
+  return 0;
+}
+
+inline const char* dtype_name(DType dtype) {  // "bf16", "f32", ...
+  switch (dtype) {
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+    case DType::kUndefined: break;
+  }
+  return "undefined";
+}
+
+inline const char* device_name(DeviceType t) { return t == DeviceType::kCUDA ? "cuda" : "cpu"; }
+
 std::string shape_str(const TensorRef& t);  // "[2, 64, 4, 128]"
 
 }  // namespace openkda

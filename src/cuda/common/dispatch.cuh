@@ -18,19 +18,8 @@
 
 namespace openkda::cuda {
 
-// Local twin of openkda::dtype_name (defined in the core library, which links after this one).
-inline const char* dtype_label(DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
-    default: return "undefined";
-  }
-}
+// The dtype's name in messages ("bf16", "f32", ...).
+inline const char* dtype_label(DType dtype) { return dtype_name(dtype); }
 
 template <typename T>
 struct TypeTag {
