@@ -189,6 +189,16 @@ def chunk_kda(
             f"max_num_seqs + 1 entries, got {cu_seqlens.shape[0] - 1} sequences "
             f"with max_num_seqs={max_num_seqs}")
 
+    if q.is_cuda and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad
+            for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)):
+        # Fail before the forward rather than at backward time. Remove when the CUDA backward
+        # (the core's ChunkBwdArgs on CUDA) lands.
+        raise NotImplementedError(
+            "chunk_kda: inputs on cuda require grad, but the CUDA backward of chunk_kda is not "
+            "built yet; expected CPU tensors for training, or torch.no_grad() / "
+            "torch.inference_mode() for the CUDA forward")
+
     if scale is None:
         scale = q.shape[-1] ** -0.5
     num_h_chunks = -1
