@@ -268,6 +268,109 @@ def test_decode_pool_in_place(K, V, pool_dtype, v_first, idx_kind):
     assert torch.equal(bits(pool[untouched]), bits(before[untouched]))
 
 
+# ---- large batches: the persistent kernel (launch.cu's dispatch) --------------------------------
+# An f32 state source with more work items (N * HV * V / 64) than the persistent kernel has
+# resident CTAs (at most 4 per SM) runs src/cuda/recurrent/persistent.cuh; the small shapes of the
+# other tests run the one-item kernel. These shapes keep the item count above that bound.
+
+def assert_persistent_shape(N, HV, V):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert N * HV * (V // 64) > 4 * sms, "shape too small to select the persistent kernel"
+
+
+PERSISTENT_DECODE = [(K, V, v_first, idx) for K, V in [(128, 128), (64, 64), (128, 64), (64, 128)]
+                     for v_first in [False, True] for idx in ["1d-i32", "2d-i64"]
+                     if idx == "1d-i32" or (K, V) == (128, 128)]
+
+
+@pytest.mark.parametrize("K,V,v_first,idx_kind", PERSISTENT_DECODE,
+                         ids=[f"K{c[0]}-V{c[1]}-{'vk' if c[2] else 'kv'}-{c[3]}"
+                              for c in PERSISTENT_DECODE])
+def test_decode_pool_in_place_large_batch(K, V, v_first, idx_kind):
+    """T = 1, N = 384 sequences x HV = 8: every item of the persistent grid, several per CTA; some
+    indices are -1 (padding: zero state, nothing written)."""
+    N, HV = 384, 8
+    assert_persistent_shape(N, HV, V)
+    p = Problem(lens=[1] * N, H=4, HV=HV, K=K, V=V)
+    args, kw = make(p)
+    num_slots = N + 40
+    slots = torch.randperm(num_slots)[:N]
+    pad = torch.zeros(N, dtype=torch.bool)
+    pad[torch.randperm(N)[:9]] = True
+    pool = make_pool(num_slots, HV, K, V, torch.float32, v_first)
+    pool[slots.cuda()] = torch.randn(N, *pool.shape[1:], device="cuda")
+    before = pool.clone()
+    idx_list = torch.where(pad, torch.full_like(slots, -1), slots)
+    idx = (idx_list.to(torch.int32) if idx_kind == "1d-i32" else
+           idx_list.view(N, 1).to(torch.int64)).cuda()
+    o, ht = openkda.fused_recurrent_kda_fwd(*args, initial_state=pool, ssm_state_indices=idx,
+                                            state_v_first=v_first, **kw)
+    assert ht is pool
+    h0 = [None if pad[n] else to_kv(before[int(slots[n])], v_first) for n in range(N)]
+    ref_o, ref_states, _ = run_reference(p, args, kw, h0)
+    check("o", ref_o, o.reshape(ref_o.shape), TOL[o.dtype])
+    keep = ~pad
+    check("pool[idx]", ref_states[keep], to_kv(pool[slots[keep].cuda()], v_first),
+          TOL[torch.float32])
+    untouched = torch.ones(num_slots, dtype=torch.bool)
+    untouched[slots[keep]] = False
+    u = untouched.cuda()
+    assert torch.equal(bits(pool[u]), bits(before[u]))
+
+
+@pytest.mark.parametrize("v_first", [False, True], ids=["kv", "vk"])
+def test_spec_verify_pool_large_batch(v_first):
+    """0..8 tokens per sequence, N = 160 x HV = 8 x 2 slices: per-token states into the pool from
+    the accepted slot, empty sequences untouched, on the persistent kernel."""
+    N, M, HV, K, V = 160, 8, 8, 128, 128
+    assert_persistent_shape(N, HV, V)
+    lens = [int(x) for x in torch.randint(0, M + 1, (N,))]
+    p = Problem(lens=lens, H=2, HV=HV, K=K, V=V, headwise=True)
+    args, kw = make(p)
+    num_slots = N * M + 32
+    idx = torch.randperm(num_slots)[: N * M].view(N, M).cuda()
+    nat = torch.randint(1, M + 1, (N,), device="cuda")
+    first = [int(idx[n, nat[n] - 1]) for n in range(N)]
+    pool = make_pool(num_slots, HV, K, V, torch.float32, v_first)
+    for n, s in enumerate(first):
+        pool[s] = torch.randn(pool.shape[1:], device="cuda")  # read even when lens[n] == 0
+    before = pool.clone()
+    o, _ = openkda.fused_recurrent_kda_fwd(*args, initial_state=pool, ssm_state_indices=idx,
+                                           num_accepted_tokens=nat, state_v_first=v_first, **kw)
+    ref_o, ref_states, _ = run_reference(p, args, kw,
+                                         [to_kv(before[s], v_first) for s in first])
+    check("o", ref_o, o.reshape(ref_o.shape), TOL[o.dtype])
+    written = torch.zeros(num_slots, dtype=torch.bool)
+    bos, got, want = 0, [], []
+    for n, L in enumerate(lens):
+        for t in range(L):
+            s = int(idx[n, t])
+            written[s] = True
+            got.append(to_kv(pool[s], v_first))
+            want.append(ref_states[bos + t])
+        bos += L
+    check("pool[idx[n, t]]", torch.stack(want), torch.stack(got), TOL[torch.float32])
+    w = written.cuda()
+    assert torch.equal(bits(pool[~w]), bits(before[~w]))
+
+
+def test_public_api_large_batch():
+    """No pool: initial_state [N, ...] f32 -> final state per sequence (varlen, empty sequences
+    keep h0), on the persistent kernel; and the bf16 h0 of the same shape (one-item kernel)."""
+    N, HV, K, V = 300, 4, 128, 128
+    assert_persistent_shape(N, HV, V)
+    lens = [int(x) for x in torch.randint(0, 4, (N,))]
+    p = Problem(lens=lens, H=2, HV=HV, K=K, V=V, gate="lb")
+    args, kw = make(p)
+    for h0_dtype in [torch.float32, torch.bfloat16]:
+        h0 = torch.randn(N, HV, K, V, device="cuda").to(h0_dtype)
+        o, ht = openkda.fused_recurrent_kda(*args, initial_state=h0, output_final_state=True,
+                                            **kw)
+        ref_o, _, ref_ht = run_reference(p, args, kw, list(h0))
+        check("o", ref_o, o.reshape(ref_o.shape), TOL[o.dtype])
+        check("final_state", ref_ht, ht, TOL[torch.float32])
+
+
 # ---- serving: speculative verify (2-D indices, num_accepted_tokens) -----------------------------
 
 @pytest.mark.parametrize("pool_dtype", ["f32", "bf16"])
@@ -386,10 +489,11 @@ def _serving_step(args, kw, pool, idx, out):
                                            out=out, **kw)
 
 
-def test_cuda_graph_replay():
+@pytest.mark.parametrize("N", [16, 256], ids=["one-item", "persistent"])
+def test_cuda_graph_replay(N):
     """Capture one decode step (device cu_seqlens and indices) and replay it: same o and pool as
-    an eager call from the same starting pool."""
-    N, HV, K, V = 16, 8, 128, 128
+    an eager call from the same starting pool (N = 256: the persistent kernel)."""
+    HV, K, V = 8, 128, 128
     p = Problem(lens=[1] * N, H=4, HV=HV, K=K, V=V)
     args, kw = make(p)
     idx = torch.randperm(4 * N)[:N].cuda()
@@ -414,8 +518,9 @@ def test_cuda_graph_replay():
         assert torch.equal(bits(pool), bits(eager_pool))
 
 
-def test_deterministic():
-    lens = [3, 16, 1, 0, 7]
+@pytest.mark.parametrize("reps", [1, 40], ids=["one-item", "persistent"])
+def test_deterministic(reps):
+    lens = [3, 16, 1, 0, 7] * reps
     N, M, HV, K, V = len(lens), 16, 8, 128, 128
     p = Problem(lens=lens, H=2, HV=HV, K=K, V=V, headwise=True)
     args, kw = make(p)

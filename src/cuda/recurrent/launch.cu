@@ -20,6 +20,11 @@ namespace recurrent {
 // Defined in kernel.cuh and explicitly instantiated in instantiations/*.cu.
 template <class Tr>
 cudaError_t launch_recurrent(const RecurrentParams& p, cudaStream_t stream);
+// Defined in persistent.cuh and explicitly instantiated in instantiations/recurrent_persistent_*.
+template <class Tr>
+cudaError_t recurrent_persistent_ctas_per_sm(int* ctas);
+template <class Tr>
+cudaError_t launch_recurrent_persistent(const RecurrentParams& p, int grid, cudaStream_t stream);
 }  // namespace recurrent
 
 namespace {
@@ -27,6 +32,8 @@ namespace {
 using recurrent::RecurrentParams;
 using recurrent::RecurrentTraits;
 using LaunchFn = cudaError_t (*)(const RecurrentParams&, cudaStream_t);
+using OccupancyFn = cudaError_t (*)(int*);
+using PersistentLaunchFn = cudaError_t (*)(const RecurrentParams&, int, cudaStream_t);
 
 constexpr const char* kOp = "fused_recurrent_kda";
 constexpr int kCtaColumns = 64;  // RecurrentTraits::kBlockV of every compiled kernel
@@ -137,6 +144,26 @@ LaunchFn pick_kernel(int64_t K, int64_t V, bool v_first, int vec) {
   return vec == 8 ? pick_dims<false, 8>(K, V) : pick_dims<false, 4>(K, V);
 }
 
+// The persistent kernel (persistent.cuh) of an f32 state source: its occupancy query and launcher.
+struct PersistentKernel {
+  OccupancyFn ctas_per_sm;
+  PersistentLaunchFn launch;
+};
+
+template <int kK, int kV, bool kVFirst>
+PersistentKernel persistent_of() {
+  using Tr = RecurrentTraits<kK, kV, kVFirst, 4>;
+  return {&recurrent::recurrent_persistent_ctas_per_sm<Tr>,
+          &recurrent::launch_recurrent_persistent<Tr>};
+}
+
+template <bool kVFirst>
+PersistentKernel pick_persistent_dims(int64_t K, int64_t V) {
+  if (K == 64)
+    return V == 64 ? persistent_of<64, 64, kVFirst>() : persistent_of<64, 128, kVFirst>();
+  return V == 64 ? persistent_of<128, 64, kVFirst>() : persistent_of<128, 128, kVFirst>();
+}
+
 }  // namespace
 
 Status recurrent_fwd_supported(const RecurrentFwdArgs& a) {
@@ -170,9 +197,36 @@ Status recurrent_fwd_supported(const RecurrentFwdArgs& a) {
 Status recurrent_fwd(const RecurrentFwdArgs& args, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(recurrent_fwd_supported(args));
   const RecurrentParams p = make_params(args);
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  // NOTE: the one dispatch between the two kernels, by shape. An f32 state source with more work
+  // items (N * HV * V / 64) than the persistent kernel has resident CTAs (more than one wave)
+  // runs persistent.cuh, which streams the next items' states through shared memory while the
+  // current one computes (serving batches: B >= 4 at HV = 32, K = V = 128 on an H200). Fewer
+  // items (every CTA would run one item: B = 1 decode), or a bf16 / f16 / f64 / absent initial
+  // state, run the one-item kernel (kernel.cuh), whose prologue chain is the shorter.
+  const int64_t items = p.N * static_cast<int64_t>(p.HV) * (args.v.shape[3] / kCtaColumns);
+  if (args.initial_state.defined() && args.initial_state.dtype == DType::kF32 && items > 0) {
+    const PersistentKernel pk = args.state_v_first
+                                    ? pick_persistent_dims<true>(args.q.shape[3], args.v.shape[3])
+                                    : pick_persistent_dims<false>(args.q.shape[3], args.v.shape[3]);
+    int device = 0, sms = 0, per_sm = 0;
+    OPENKDA_CUDA_RETURN_IF_ERROR(kOp, cudaGetDevice(&device));
+    OPENKDA_CUDA_RETURN_IF_ERROR(
+        kOp, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    OPENKDA_CUDA_RETURN_IF_ERROR(kOp, pk.ctas_per_sm(&per_sm));
+    const int64_t resident = static_cast<int64_t>(sms) * per_sm;
+    if (resident > 0 && items > resident) {
+      // Balanced rounds: every CTA runs `rounds` or `rounds - 1` items (B = 64: 373 CTAs of 11
+      // items, not 396 of which 136 run an 11th item while the rest idle).
+      const int64_t rounds = (items + resident - 1) / resident;
+      const int64_t grid = (items + rounds - 1) / rounds;
+      return cuda_status(pk.launch(p, static_cast<int>(grid), st), kOp,
+                         "launch of openkda_fwd_recurrent_persistent_kernel");
+    }
+  }
   const LaunchFn launch =
       pick_kernel(args.q.shape[3], args.v.shape[3], args.state_v_first, run_elems(args));
-  return cuda_status(launch(p, static_cast<cudaStream_t>(stream)), kOp,
+  return cuda_status(launch(p, st), kOp,
                      "launch of openkda_fwd_recurrent_kernel");
 }
 
