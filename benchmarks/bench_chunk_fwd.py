@@ -11,8 +11,13 @@ the same run when ``fla`` imports (its relative difference to OpenKDA's o is pri
 check), and the issue's bar.
 
     python benchmarks/bench_chunk_fwd.py                       # table on stdout
+    python benchmarks/bench_chunk_fwd.py --quick               # fewer timed calls
     python benchmarks/bench_chunk_fwd.py --markdown benchmarks/results/h200-$(date +%F).md
         # also writes the table there and a plot next to it (.png, when matplotlib imports)
+
+Each case is printed (stderr) as soon as it is measured, with OpenKDA's per-kernel split (prep /
+scan, from one torch.profiler call; --no-kernels skips it). FLA autotunes once per shape inside
+its warm-up calls; the whole run (5 cases with FLA) is meant to take well under a minute.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -118,9 +124,35 @@ def time_ms(fn, warmup: int, repeat: int) -> float:
     return statistics.median(times)
 
 
+def kernel_split(fn) -> str:
+    """Per-kernel CUDA time of one call of fn (torch.profiler), e.g. 'prep 1.20 ms, scan 0.80 ms'."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        parts = []
+        for ev in prof.key_averages():
+            us = getattr(ev, "device_time_total", None)
+            if us is None:
+                us = getattr(ev, "cuda_time_total", 0.0)
+            if us <= 0:
+                continue
+            name = ev.key
+            for short in ("chunk_index", "prep", "scan"):
+                if f"openkda_fwd_{short}_kernel" in name:
+                    name = short
+                    break
+            parts.append((us, name[:40]))
+        parts.sort(reverse=True)
+        return ", ".join(f"{name} {us / 1e3:.3f} ms" for us, name in parts[:5])
+    except Exception as exc:  # the split is a diagnostic only
+        return f"kernel split unavailable ({type(exc).__name__})"
+
+
 def copy_bandwidth(warmup: int, repeat: int) -> float:
-    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), 2 GiB buffers."""
-    n = 2 << 30
+    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), 1 GiB buffers."""
+    n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     src.fill_(1)
@@ -158,31 +190,44 @@ def git_commit() -> str:
 def run(args) -> tuple:
     import openkda
 
+    if args.quick:
+        args.warmup, args.repeat = 1, 5
     fla_fn, fla_version = (None, None) if args.no_fla else load_fla()
+    t_start = time.perf_counter()
     bandwidth = copy_bandwidth(args.warmup, args.repeat)
-    print(f"# copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)", file=sys.stderr)
+    print(f"# copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)", file=sys.stderr,
+          flush=True)
     rows = []
     for case in CASES:
         if args.cases and not any(sel in case.name for sel in args.cases):
             continue
         pos, kw = make_inputs(case)
         with torch.inference_mode():
-            ours = time_ms(lambda: openkda.chunk_kda(*pos, **kw), args.warmup, args.repeat)
+            ours_fn = lambda: openkda.chunk_kda(*pos, **kw)  # noqa: E731
+            ours = time_ms(ours_fn, args.warmup, args.repeat)
             row = dict(case=case.name, openkda_ms=ours, floor_ms=floor_bytes(case) / bandwidth * 1e3,
                        fla_ms=None, rel_diff=None, bar_ms=case.bar_ms, fla_issue_ms=case.fla_ms)
+            split = "" if args.no_kernels else kernel_split(ours_fn)
+            print(f"# {case.name}: openkda {ours:.3f} ms (floor {row['floor_ms']:.3f}, bar "
+                  f"{case.bar_ms:.1f})" + (f" [{split}]" if split else "") +
+                  f"  t={time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
             if fla_fn is not None:
                 call = lambda: fla_fn(*pos, **kw)  # noqa: E731  (A_log, dt_bias via **kwargs)
                 try:
-                    row["fla_ms"] = time_ms(call, args.warmup, args.repeat)
+                    # FLA autotunes once per shape: its first call(s) are the warm-up.
+                    row["fla_ms"] = time_ms(call, max(args.warmup, 1), args.repeat)
                     o_fla, _ = call()
-                    o_ours, _ = openkda.chunk_kda(*pos, **kw)
+                    o_ours, _ = ours_fn()
                     row["rel_diff"] = rel_rms(o_fla, o_ours)
+                    del o_fla, o_ours
+                    print(f"#   fla {row['fla_ms']:.3f} ms, speed-up "
+                          f"{row['fla_ms'] / ours:.2f}x, o rel diff {row['rel_diff']:.2e}"
+                          f"  t={time.perf_counter() - t_start:.0f}s", file=sys.stderr,
+                          flush=True)
                 except Exception as exc:
                     print(f"# FLA failed on {case.name}: {type(exc).__name__}: {exc}",
-                          file=sys.stderr)
+                          file=sys.stderr, flush=True)
         rows.append(row)
-        print(f"# {case.name}: openkda {ours:.3f} ms" +
-              (f", fla {row['fla_ms']:.3f} ms" if row["fla_ms"] else ""), file=sys.stderr)
         del pos, kw
         torch.cuda.empty_cache()
     return rows, bandwidth, fla_version
@@ -244,8 +289,12 @@ def plot(rows, path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--quick", action="store_true",
+                        help="1 warm-up call and 5 timed calls per implementation and case")
+    parser.add_argument("--no-kernels", action="store_true",
+                        help="skip the per-kernel split (one torch.profiler call per case)")
     parser.add_argument("--cases", nargs="*", default=None,
                         help="substrings of case names to run (default: all)")
     parser.add_argument("--no-fla", action="store_true", help="skip FLA even when it imports")

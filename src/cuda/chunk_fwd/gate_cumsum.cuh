@@ -26,6 +26,7 @@
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/common/math.cuh"
+#include "cuda/common/vec.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
@@ -56,15 +57,128 @@ __device__ __forceinline__ void store_run_smem(float* dst, const float (&x)[kPer
   }
 }
 
+// kRows runs of kPer elements (at element offsets off[r]) of one run-time dtype, converted to f32.
+// The dtype switch sits outside the row loop so that every load of the batch is issued before the
+// first conversion waits on one (one memory round trip per batch instead of one per row).
+template <typename T, int kRows, int kPer>
+__device__ __forceinline__ void load_runs_as(const void* base, const int64_t (&off)[kRows],
+                                             float (&out)[kRows][kPer]) {
+  Pack<T, kPer> pk[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) pk[r] = load_pack<T, kPer>(static_cast<const T*>(base) + off[r]);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) out[r][e] = to_f32(pk[r].v[e]);
+}
+
+template <int kRows, int kPer>
+__device__ __forceinline__ void load_runs(const void* base, DType dtype,
+                                          const int64_t (&off)[kRows], float (&out)[kRows][kPer]) {
+  switch (dtype) {
+    case DType::kBF16: load_runs_as<__nv_bfloat16, kRows, kPer>(base, off, out); break;
+    case DType::kF16: load_runs_as<__half, kRows, kPer>(base, off, out); break;
+    case DType::kF64: load_runs_as<double, kRows, kPer>(base, off, out); break;
+    default: load_runs_as<float, kRows, kPer>(base, off, out); break;
+  }
+}
+
+// The same for two tensors of one dtype at the same offsets (q and k): one batch of 2 kRows loads.
+template <typename T, int kRows, int kPer>
+__device__ __forceinline__ void load_runs2_as(const void* base_a, const void* base_b,
+                                              const int64_t (&off)[kRows],
+                                              float (&out_a)[kRows][kPer],
+                                              float (&out_b)[kRows][kPer]) {
+  Pack<T, kPer> pa[kRows], pb[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    pa[r] = load_pack<T, kPer>(static_cast<const T*>(base_a) + off[r]);
+    pb[r] = load_pack<T, kPer>(static_cast<const T*>(base_b) + off[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      out_a[r][e] = to_f32(pa[r].v[e]);
+      out_b[r][e] = to_f32(pb[r].v[e]);
+    }
+}
+
+template <int kRows, int kPer>
+__device__ __forceinline__ void load_runs2(const void* base_a, const void* base_b, DType dtype,
+                                           const int64_t (&off)[kRows],
+                                           float (&out_a)[kRows][kPer],
+                                           float (&out_b)[kRows][kPer]) {
+  switch (dtype) {
+    case DType::kBF16: load_runs2_as<__nv_bfloat16, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
+    case DType::kF16: load_runs2_as<__half, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
+    case DType::kF64: load_runs2_as<double, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
+    default: load_runs2_as<float, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
+  }
+}
+
+// Element size in bytes of a run-time dtype (f16, bf16, f32, f64).
+__device__ __forceinline__ int64_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+    case DType::kF16: return 2;
+    case DType::kF64: return 8;
+    default: return 4;
+  }
+}
+
+// L2 prefetch of the chunk's g, v and beta rows (rows < nv only), issued before the q / k loads so
+// that their later loads hit L2: warp w covers rows w, w + kWarps, ...; each lane one 16-byte
+// piece of a row (pieces past the row are skipped), thread i < nv the beta of row i.
+template <class Tr>
+__device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p,
+                                                      const ChunkCoord& cc, int hv) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t g_row_bytes = int64_t{Tr::kK} * dtype_bytes(p.g_dtype);
+  const int64_t v_row_bytes = int64_t{Tr::kV} * dtype_bytes(p.v_dtype);
+  const char* gbase = static_cast<const char*>(p.g);
+  const char* vbase = static_cast<const char*>(p.v);
+  for (int i = warp; i < cc.nv; i += Tr::kWarps) {
+    const int64_t tok_head = (cc.t0 + i) * p.HV + hv;
+    for (int64_t b = 128 * int64_t{lane}; b < g_row_bytes; b += 128 * 32) {
+      prefetch_l2(gbase + tok_head * g_row_bytes + b);
+    }
+    for (int64_t b = 128 * int64_t{lane}; b < v_row_bytes; b += 128 * 32) {
+      prefetch_l2(vbase + tok_head * v_row_bytes + b);
+    }
+  }
+  if (static_cast<int>(threadIdx.x) < cc.nv) {
+    prefetch_l2(static_cast<const char*>(p.beta) +
+                ((cc.t0 + threadIdx.x) * p.HV + hv) * dtype_bytes(p.beta_dtype));
+  }
+}
+
 // q, k (l2-normalised when requested), the gate activation g and beta of rows [0, kBT).
+// Warp w owns rows w + kWarps r (r < kRows); all its q and k loads are issued as one batch, then
+// all its g loads (prefetched to L2 by prefetch_chunk_inputs), then the per-row math, then beta
+// (also prefetched). Rows past
+// the chunk load row 0 (always valid, nv >= 1) and are zeroed, so every load is unconditional.
 template <class Tr>
 __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                   int hv, float* sQ, float* sK, float* sG,
                                                   float* sBeta) {
-  constexpr int kPer = Tr::kK / 32;  // columns per lane
+  constexpr int kPer = Tr::kK / 32;             // columns per lane
+  constexpr int kRows = Tr::kBT / Tr::kWarps;  // rows per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = hv / p.group;
   const int d0 = lane * kPer;
+
+  int64_t qk_off[kRows], g_off[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int i = warp + Tr::kWarps * r;
+    const int64_t tok = cc.t0 + (i < cc.nv ? i : 0);
+    qk_off[r] = (tok * p.H + h) * Tr::kK + d0;
+    g_off[r] = (tok * p.HV + hv) * Tr::kK + d0;
+  }
+  float xq[kRows][kPer], xk[kRows][kPer], xg[kRows][kPer];
+  load_runs2<kRows, kPer>(p.q, p.k, p.qk_dtype, qk_off, xq, xk);
+  load_runs<kRows, kPer>(p.g, p.g_dtype, g_off, xg);
 
   // Gate parameters of this lane's columns (read only with the gate in kernel).
   float bias[kPer];
@@ -81,23 +195,16 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     if (p.A_log) head_factor = exp_f32(load_elem(p.A_log, p.A_log_dtype, hv));
   }
 
-  // Fully unrolled so that the loads of every row are issued before the first reduction.
 #pragma unroll
-  for (int i = warp; i < Tr::kBT; i += Tr::kWarps) {
-    float xq[kPer], xk[kPer], xg[kPer];
+  for (int r = 0; r < kRows; ++r) {
+    const int i = warp + Tr::kWarps * r;
     if (i < cc.nv) {
-      const int64_t tok = cc.t0 + i;
-      const int64_t qk_off = (tok * p.H + h) * Tr::kK + d0;
-      const int64_t g_off = (tok * p.HV + hv) * Tr::kK + d0;
-      load_run<kPer>(p.q, p.qk_dtype, qk_off, xq);
-      load_run<kPer>(p.k, p.qk_dtype, qk_off, xk);
-      load_run<kPer>(p.g, p.g_dtype, g_off, xg);
       if (p.l2norm) {
         float ssq = 0.0f, ssk = 0.0f;
 #pragma unroll
         for (int e = 0; e < kPer; ++e) {
-          ssq += xq[e] * xq[e];
-          ssk += xk[e] * xk[e];
+          ssq += xq[r][e] * xq[r][e];
+          ssk += xk[r][e] * xk[r][e];
         }
         ssq = warp_allreduce_sum(ssq);
         ssk = warp_allreduce_sum(ssk);
@@ -105,24 +212,26 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
         const float rk = 1.0f / sqrtf(ssk + kL2NormEps);
 #pragma unroll
         for (int e = 0; e < kPer; ++e) {
-          xq[e] *= rq;
-          xk[e] *= rk;
+          xq[r][e] *= rq;
+          xk[r][e] *= rk;
         }
       }
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) xg[e] = gate_activation(p, xg[e] + bias[e], head_factor);
+      for (int e = 0; e < kPer; ++e) xg[r][e] = gate_activation(p, xg[r][e] + bias[e], head_factor);
     } else {
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) xq[e] = xk[e] = xg[e] = 0.0f;
+      for (int e = 0; e < kPer; ++e) xq[r][e] = xk[r][e] = xg[r][e] = 0.0f;
     }
-    store_run_smem<kPer>(sQ + i * Tr::kLdX + d0, xq);
-    store_run_smem<kPer>(sK + i * Tr::kLdX + d0, xk);
-    store_run_smem<kPer>(sG + i * Tr::kLdX + d0, xg);
+    store_run_smem<kPer>(sQ + i * Tr::kLdX + d0, xq[r]);
+    store_run_smem<kPer>(sK + i * Tr::kLdX + d0, xk[r]);
+    store_run_smem<kPer>(sG + i * Tr::kLdX + d0, xg[r]);
   }
-  for (int i = threadIdx.x; i < Tr::kBT; i += Tr::kThreads) {
-    sBeta[i] = i < cc.nv ? beta_activation(p, load_elem(p.beta, p.beta_dtype,
-                                                        (cc.t0 + i) * p.HV + hv))
-                         : 0.0f;
+  // beta last: its line was prefetched to L2 at the start, so this is a short round trip.
+  if (static_cast<int>(threadIdx.x) < Tr::kBT) {
+    sBeta[threadIdx.x] = static_cast<int>(threadIdx.x) < cc.nv
+                             ? beta_activation(p, load_elem(p.beta, p.beta_dtype,
+                                                            (cc.t0 + threadIdx.x) * p.HV + hv))
+                             : 0.0f;
   }
 }
 

@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
   const int64_t row0 = int64_t{hv} * p.tokens + cc.t0;  // workspace row of chunk row 0
   float* gAqk = p.aqk + row0 * kBT;
 
-  // Stage 1: inputs, activations, G.
+  // Stage 1: inputs, activations, G (g, v and beta rows are prefetched to L2 first).
+  prefetch_chunk_inputs<Tr>(p, cc, hv);
   load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta);
   chunk_cumsum<Tr>(sG, sScr);
 
@@ -116,19 +117,45 @@ __global__ void __launch_bounds__(ScanTraits<kK, kBT>::kMaxThreads, 1)
   float s[kK / 8][4];  // S^T fragment, f32
   load_state<kK>(p.h0, p.h0_dtype, (n * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
 
+  // Two-stage cp.async pipeline over the chunks, two groups per chunk c, committed in this order:
+  //   WQ(c)   sW, sQg                 issued once every warp has finished chunk c - 1's first
+  //                                   products (prologue for c = 0)
+  //   REST(c) sKg, sA, sU, sGamma     issued once every warp has finished chunk c - 1
+  // At the top of chunk c the newest group is REST(c): wait_group<1> completes WQ(c). In the
+  // mid-chunk hook WQ(c + 1) is committed first, so wait_group<1> completes REST(c). Groups of
+  // chunks past the end are committed empty, which keeps the counting uniform. Every refill is
+  // preceded by a block barrier after the last read of its buffers (write-after-read), and every
+  // read by a wait plus a block barrier (read-after-write).
+  const auto chunk_rows = [&](int64_t c) {
+    return static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
+  };
+  if (nchunks > 0) scan_load_wq<Tr>(p, hv, span.bos, chunk_rows(0), smem);
+  cp_async_commit();
+  if (nchunks > 0) scan_load_rest<Tr>(p, hv, span.bos, chunk_rows(0), first_chunk, v0, smem);
+  cp_async_commit();
+
   for (int64_t c = 0; c < nchunks; ++c) {
     const int64_t t0 = span.bos + c * kBT;
-    const int nv = static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
+    const int nv = chunk_rows(c);
     const int64_t slot = first_chunk + c;
+    const bool has_next = c + 1 < nchunks;
     if (p.h != nullptr && slot < p.h_chunks) {
       store_state<kK>(p.h, p.h_dtype, (slot * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
-    scan_load_chunk<Tr>(p, hv, t0, nv, slot, v0, smem);
-    cp_async_wait_all();
+    cp_async_wait_group<1>();  // WQ(c)
     __syncthreads();
-    scan_step<Tr>(p, hv, t0, nv, v0, smem, s);
-    __syncthreads();  // every warp is done with the tiles before the next chunk overwrites them
+    scan_step<Tr>(p, hv, t0, nv, v0, smem, s, [&]() {
+      __syncthreads();  // every warp is done with sW / sQg of chunk c
+      if (has_next) scan_load_wq<Tr>(p, hv, t0 + kBT, chunk_rows(c + 1), smem);
+      cp_async_commit();
+      cp_async_wait_group<1>();  // REST(c)
+      __syncthreads();
+    });
+    __syncthreads();  // every warp is done with sKg / sA / sU / sGamma of chunk c
+    if (has_next) scan_load_rest<Tr>(p, hv, t0 + kBT, chunk_rows(c + 1), slot + 1, v0, smem);
+    cp_async_commit();
   }
+  cp_async_wait_all();  // only empty groups can be left; nothing in flight at exit
   if (p.ht != nullptr) {
     store_state<kK>(p.ht, DType::kF32, (n * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
   }

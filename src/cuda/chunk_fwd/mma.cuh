@@ -65,6 +65,24 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+// Closes this thread's current group of cp.async (an empty group is allowed and completes at
+// once), and waits until at most kPending of this thread's newest groups are still in flight
+// (groups complete in commit order). The caller then syncs the block.
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Hint: bring the 128-byte line holding `p` into L2 (no register result, never faults on a
+// valid address; the caller passes only addresses inside its tensors).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // Sum over the 32 lanes; every lane gets the bitwise same value (each butterfly step adds the
 // same two operands on both partners).
 __device__ __forceinline__ float warp_allreduce_sum(float x) {

@@ -20,6 +20,9 @@
 // (n * HV + hv) * vsplit + slice, vs / 16 warps. The CTA walks the sequence's chunks in order.
 // Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K + 8], sKg [BT][K + 4],
 // sA [BT][BT + 8], sGamma [K], sU [BT][vs + 4]: 140 KB for K = 128, BT = 64, vs = 64.
+// Pipeline (kernels.cuh): the next chunk's sW / sQg load while this chunk finishes (after the
+// first products), its sKg / sA / sU / sGamma while the next chunk's first products run; two
+// cp.async groups per chunk, no extra shared memory.
 #pragma once
 
 #include <cstdint>
@@ -71,20 +74,38 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
   }
 }
 
-// Issues the cp.async copies of one chunk's tiles (rows past the chunk are zero-filled).
+// The cp.async copies of one chunk's tiles (rows past the chunk are zero-filled), in two groups
+// so that the scan kernel can prefetch the next chunk into buffers as soon as they are dead:
+//   scan_load_wq    sW, sQg                (read only by the first products of scan_step)
+//   scan_load_rest  sKg, sA, sU, sGamma    (read only after scan_step's mid-chunk hook)
 template <class Tr>
-__device__ __forceinline__ void scan_load_chunk(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                                int64_t slot, int v0, float* smem) {
+__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
+                                             float* smem) {
   constexpr int kK = Tr::kK, kBT = Tr::kBT;
   const int64_t row0 = int64_t{hv} * p.tokens + t0;
   const float* gW = p.w + row0 * kK;
   const float* gQg = p.qg + row0 * kK;
+  float* sW = smem + Tr::kOffW;
+  float* sQg = smem + Tr::kOffQg;
+  constexpr int kC4 = kK / 4;
+  for (int idx = threadIdx.x; idx < kBT * kC4; idx += blockDim.x) {
+    const int r = idx / kC4, c = 4 * (idx % kC4);
+    const bool valid = r < nv;
+    const int64_t off = int64_t{valid ? r : 0} * kK + c;
+    cp_async_16(sW + r * Tr::kLdW + c, gW + off, valid);
+    cp_async_16(sQg + r * Tr::kLdW + c, gQg + off, valid);
+  }
+}
+
+template <class Tr>
+__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, int64_t t0,
+                                               int nv, int64_t slot, int v0, float* smem) {
+  constexpr int kK = Tr::kK, kBT = Tr::kBT;
+  const int64_t row0 = int64_t{hv} * p.tokens + t0;
   const float* gKg = p.kg + row0 * kK;
   const float* gA = p.aqk + row0 * kBT;
   const float* gU = p.u + row0 * p.V + v0;
   const float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * kK;
-  float* sW = smem + Tr::kOffW;
-  float* sQg = smem + Tr::kOffQg;
   float* sKg = smem + Tr::kOffKg;
   float* sA = smem + Tr::kOffA;
   float* sGamma = smem + Tr::kOffGamma;
@@ -95,10 +116,7 @@ __device__ __forceinline__ void scan_load_chunk(const ChunkFwdParams& p, int hv,
   for (int idx = threadIdx.x; idx < kBT * kC4; idx += blockDim.x) {
     const int r = idx / kC4, c = 4 * (idx % kC4);
     const bool valid = r < nv;
-    const int64_t off = int64_t{valid ? r : 0} * kK + c;
-    cp_async_16(sW + r * Tr::kLdW + c, gW + off, valid);
-    cp_async_16(sQg + r * Tr::kLdW + c, gQg + off, valid);
-    cp_async_16(sKg + r * Tr::kLdKg + c, gKg + off, valid);
+    cp_async_16(sKg + r * Tr::kLdKg + c, gKg + int64_t{valid ? r : 0} * kK + c, valid);
   }
   constexpr int kA4 = kBT / 4;
   for (int idx = threadIdx.x; idx < kBT * kA4; idx += blockDim.x) {
@@ -117,12 +135,14 @@ __device__ __forceinline__ void scan_load_chunk(const ChunkFwdParams& p, int hv,
   }
 }
 
-// One chunk of the recurrence for this warp's 16 value columns (see the header). The chunk's
-// tiles are in shared memory; `o` rows i < nv are written.
-template <class Tr>
+// One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
+// i < nv are written. On entry sW and sQg hold the chunk's tiles; `mid()` is called by every
+// thread right after the last read of sW / sQg and must return with sKg, sA, sU and sGamma of
+// the chunk visible (the kernel's pipeline: it refills sW / sQg with the next chunk there).
+template <class Tr, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
                                           int v0, const float* smem,
-                                          float (&s)[Tr::kK / 8][4]) {
+                                          float (&s)[Tr::kK / 8][4], Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
   const float* sW = smem + Tr::kOffW;
@@ -153,6 +173,9 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
       mma_tf32(o[nn], a, to_tf32(bq.x), to_tf32(bq.y));
     }
   }
+
+  // sW and sQg are dead from here on; sKg, sA, sU, sGamma are ready after the hook.
+  mid();
 
   // v_new^T = u^T - X^T (rows past the chunk: 0), then as A operands (paired k order).
   uint32_t va[kNJ][4];

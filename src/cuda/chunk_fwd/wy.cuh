@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/chunk_fwd/chunk_index.cuh"
+#include "cuda/chunk_fwd/gate_cumsum.cuh"
 #include "cuda/chunk_fwd/io.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
@@ -63,22 +64,34 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
   for (int d = threadIdx.x; d < Tr::kK; d += Tr::kThreads) gGamma[d] = exp2f(sGlast[d]);
 }
 
-// sK <- beta_i v_i (rows past the chunk: 0).
+// sK <- beta_i v_i (rows past the chunk: 0). Thread owns 4 consecutive columns of rows
+// idx / (V / 4), idx = tid + kThreads r; all its loads are issued as one batch (load_runs; the
+// rows were prefetched to L2 at the start of the kernel). Rows past the chunk load row 0 and are
+// zeroed.
 template <class Tr>
 __device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const ChunkCoord& cc, int hv,
                                             float* sK, const float* sBeta) {
   constexpr int kC4 = Tr::kV / 4;
+  constexpr int kIters = Tr::kBT * kC4 / Tr::kThreads;
+  static_assert(Tr::kBT * kC4 % Tr::kThreads == 0, "whole float4 runs per thread");
+  int64_t off[kIters];
 #pragma unroll
-  for (int idx = threadIdx.x; idx < Tr::kBT * kC4; idx += Tr::kThreads) {
+  for (int r = 0; r < kIters; ++r) {
+    const int idx = static_cast<int>(threadIdx.x) + Tr::kThreads * r;
     const int i = idx / kC4, e = 4 * (idx % kC4);
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (i < cc.nv) {
-      load_run<4>(p.v, p.v_dtype, ((cc.t0 + i) * p.HV + hv) * Tr::kV + e, x);
-      const float b = sBeta[i];
+    off[r] = ((cc.t0 + (i < cc.nv ? i : 0)) * p.HV + hv) * Tr::kV + e;
+  }
+  float x[kIters][4];
+  load_runs<kIters, 4>(p.v, p.v_dtype, off, x);
 #pragma unroll
-      for (int m = 0; m < 4; ++m) x[m] *= b;
-    }
-    *reinterpret_cast<float4*>(sK + i * Tr::kLdX + e) = make_float4(x[0], x[1], x[2], x[3]);
+  for (int r = 0; r < kIters; ++r) {
+    const int idx = static_cast<int>(threadIdx.x) + Tr::kThreads * r;
+    const int i = idx / kC4, e = 4 * (idx % kC4);
+    const float b = i < cc.nv ? sBeta[i] : 0.0f;
+    float y[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) y[m] = i < cc.nv ? x[r][m] * b : 0.0f;
+    *reinterpret_cast<float4*>(sK + i * Tr::kLdX + e) = make_float4(y[0], y[1], y[2], y[3]);
   }
 }
 
