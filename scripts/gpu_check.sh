@@ -247,7 +247,7 @@ if [[ ${STATUS[build]} == PASS ]]; then
   run_step bench optional 200 bench.log "$PYTHON" benchmarks/bench_gate.py \
       --markdown --results-dir "$OUT" --summary /tmp/openkda-bench-table.md \
     ${OPENKDA_BENCH_ARGS:-}
-  run_step bench_chunk optional 150 bench_chunk.log "$PYTHON" benchmarks/bench_chunk_fwd.py \
+  run_step bench_chunk optional 300 bench_chunk.log "$PYTHON" benchmarks/bench_chunk_fwd.py \
       --markdown "$OUT/chunk_fwd-h200.md" --plot "$OUT/chunk_fwd-h200.png"
   run_step bench_decode optional 150 bench_decode.log "$PYTHON" benchmarks/bench_decode.py \
       --markdown "$OUT/decode-h200.md"

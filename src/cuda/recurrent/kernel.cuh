@@ -83,35 +83,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   const float a_coef =
       p.A_log != nullptr ? exp_f32(bits_to_f32(A_bits, p.A_log_dtype)) : p.a_default;
 
-  for (int64_t t = 0; t < len; ++t) {
-    const int buf = static_cast<int>(t & 1);
-    // Prefetch token t + 1 (its latency overlaps this token's update).
-    RowInputs next_row = row;
-    ColumnInputs<Tr> next_col = col;
-    if (t + 1 < len) {
-      next_row = load_row_inputs<Tr>(p, bos + t + 1, t + 1, n, h, hv, tid);
-      if constexpr (Tr::kPrefetchColumns) next_col = load_column_inputs<Tr>(p, S, bos + t + 1, hv);
-    }
-    if constexpr (!Tr::kPrefetchColumns) {
-      if (t > 0) col = load_column_inputs<Tr>(p, S, bos + t, hv);  // still before the barrier
-    }
-
-    token_prologue<Tr>(p, row, bias, a_coef, buf, tid, smem);
-    // NOTE: the one barrier per token. The buffer written next token (buf ^ 1) was last read
-    // before this barrier, so double buffering makes a second barrier unnecessary.
-    __syncthreads();
-    token_update<Tr>(p, S, smem, buf, col, bos + t, hv);
-
-    if (p.store_each_token) {
-      const int64_t dst_row = p.inplace ? index_from_bits(row.slot, p.idx_dtype) : bos + t;
-      if (!p.inplace || (dst_row >= 0 && dst_row < p.num_slots))
-        S.store_any(p.ht, p.ht_dtype, (dst_row * p.HV + hv) * Tr::kHeadElems);
-    }
-    row = next_row;
-    col = next_col;
-  }
-  if (p.store_final)
-    S.store_any(p.ht, p.ht_dtype, (static_cast<int64_t>(n) * p.HV + hv) * Tr::kHeadElems);
+  run_tokens<Tr>(p, S, smem, row, col, bias, a_coef, bos, len, n, h, hv, tid);
 }
 
 // Enqueues the kernel for p (N * HV * kSlices CTAs; the caller checked the grid fits).

@@ -409,4 +409,46 @@ __device__ __forceinline__ void token_update(const RecurrentParams& p, StateTile
   }
 }
 
+// Every token of one item (sequence n, value head hv, this CTA's value slice) with the state in
+// S, and the final-state store: the part both kernels (kernel.cuh, persistent.cuh) share. Per
+// token: prefetch of token t + 1, prologue (smem) -> the one barrier -> token_update -> the state
+// store to pool slot state_indices[n, t] or final_state[tok] (pool mode); the caller has loaded
+// token 0's inputs into row / col.
+template <class Tr>
+__device__ __forceinline__ void run_tokens(const RecurrentParams& p, StateTile<Tr>& S,
+                                           TokenSmem<Tr>& smem, RowInputs row,
+                                           ColumnInputs<Tr> col, float bias, float a_coef,
+                                           int64_t bos, int64_t len, int n, int h, int hv,
+                                           int tid) {
+  for (int64_t t = 0; t < len; ++t) {
+    const int buf = static_cast<int>(t & 1);
+    // Prefetch token t + 1 (its latency overlaps this token's update).
+    RowInputs next_row = row;
+    ColumnInputs<Tr> next_col = col;
+    if (t + 1 < len) {
+      next_row = load_row_inputs<Tr>(p, bos + t + 1, t + 1, n, h, hv, tid);
+      if constexpr (Tr::kPrefetchColumns) next_col = load_column_inputs<Tr>(p, S, bos + t + 1, hv);
+    }
+    if constexpr (!Tr::kPrefetchColumns) {
+      if (t > 0) col = load_column_inputs<Tr>(p, S, bos + t, hv);  // still before the barrier
+    }
+
+    token_prologue<Tr>(p, row, bias, a_coef, buf, tid, smem);
+    // NOTE: the one barrier per token. The buffer written next token (buf ^ 1) was last read
+    // before this barrier, so double buffering makes a second barrier unnecessary.
+    __syncthreads();
+    token_update<Tr>(p, S, smem, buf, col, bos + t, hv);
+
+    if (p.store_each_token) {
+      const int64_t dst_row = p.inplace ? index_from_bits(row.slot, p.idx_dtype) : bos + t;
+      if (!p.inplace || (dst_row >= 0 && dst_row < p.num_slots))
+        S.store_any(p.ht, p.ht_dtype, (dst_row * p.HV + hv) * Tr::kHeadElems);
+    }
+    row = next_row;
+    col = next_col;
+  }
+  if (p.store_final)
+    S.store_any(p.ht, p.ht_dtype, (static_cast<int64_t>(n) * p.HV + hv) * Tr::kHeadElems);
+}
+
 }  // namespace openkda::cuda::recurrent
