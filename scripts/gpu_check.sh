@@ -13,8 +13,12 @@
 #   5. pytest     REQUIRED  pytest -m gpu tests/python ("no tests" is recorded, not a failure)
 #   6. checks     REQUIRED  benchmarks/bench_gate.py --check (fp64 reference, determinism)
 #   7. bench      optional  benchmarks/bench_gate.py (vs FLA when it imports; copy-bandwidth floor)
-#   8. memcheck   optional  compute-sanitizer memcheck on small gate cases (our kernels only)
-#   9. racecheck  optional  compute-sanitizer racecheck on the same cases
+#   8. bench_chunk optional benchmarks/bench_chunk_fwd.py (chunk_kda forward vs FLA; FLA's first
+#                           call per shape autotunes for about 90 s)
+#   9. bench_decode optional benchmarks/bench_decode.py (decode / verify, CUDA-graph replay)
+#  10. memcheck   optional  compute-sanitizer memcheck on small gate, varlen chunk_kda (with
+#                           initial and intermediate states) and state-pool decode cases
+#  11. racecheck  optional  compute-sanitizer racecheck on the same cases
 # Exit status: non-zero only when a REQUIRED step fails. Optional steps are skipped when the time
 # left before OPENKDA_GPU_CHECK_DEADLINE (seconds since start, default 540) is too short.
 #

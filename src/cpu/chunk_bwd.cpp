@@ -42,10 +42,10 @@ void bwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale, T* d
     for (int64_t x = 0; x < K; ++x)
       for (int64_t e = 0; e < V; ++e) dvn[e] += kg[x] * dS[x * V + e];
   }
-  const T* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
+  const double* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
   for (int64_t x = 0; x < K; ++x) {
     T* dSx = dS + x * V;
-    const T decay = std::exp2(G_last[x]);
+    const T decay = T(std::exp2(G_last[x]));
     for (int64_t e = 0; e < V; ++e) dSx[e] *= decay;
     for (int64_t i = 0; i < c.n; ++i) {
       const T qg = scale * b.qg[b.hk(c.t0 + i, hv) + x];
@@ -62,7 +62,7 @@ void bwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
   const int64_t K = b.K, V = b.V, n = c.n, HV = b.HV;
   const T* h = b.h + (c.idx * HV + hv) * K * V;    // state entering the chunk
   const T* dS = b.dh + (c.idx * HV + hv) * K * V;  // dL/d(state leaving the chunk)
-  const T* G_last = b.G + b.hk(c.t0 + n - 1, hv);
+  const double* G_last = b.G + b.hk(c.t0 + n - 1, hv);
   std::vector<T> dW(static_cast<size_t>(n * K)), E(static_cast<size_t>(n * K));
   std::vector<T> dTinv(static_cast<size_t>(n * n), T(0));
   std::vector<T> dgL(static_cast<size_t>(K), T(0));
@@ -71,7 +71,7 @@ void bwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
     const T* doi = b.d_o + b.hvv(ti, hv);
     const T* vn = b.v_new + b.hvv(ti, hv);
     const T* dvn = b.dv_new + b.hvv(ti, hv);
-    const T* Gi = b.G + b.hk(ti, hv);
+    const double* Gi = b.G + b.hk(ti, hv);
     const T* qi = b.q_row(b.q, ti, hv);
     const T* ki = b.q_row(b.k, ti, hv);
     T* dq = b.dq + b.hk(ti, hv);
@@ -172,7 +172,7 @@ void bwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
     const int64_t ti = c.t0 + i;
     const T* qi = b.q_row(b.q, ti, hv);
     const T* ki = b.q_row(b.k, ti, hv);
-    const T* Gi = b.G + b.hk(ti, hv);
+    const double* Gi = b.G + b.hk(ti, hv);
     const T bi = b.beta[ti * HV + hv];
     T* dqi = b.dq + b.hk(ti, hv);
     T* dki = b.dk + b.hk(ti, hv);
@@ -181,13 +181,13 @@ void bwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
     for (int64_t j = 0; j <= i; ++j) {
       const int64_t tj = c.t0 + j;
       const T* kj = b.q_row(b.k, tj, hv);
-      const T* Gj = b.G + b.hk(tj, hv);
+      const double* Gj = b.G + b.hk(tj, hv);
       T* dkj = b.dk + b.hk(tj, hv);
       T* dGj = b.dG + b.hk(tj, hv);
       const T a_qk = scale * b.dA_qk[b.ha(ti, hv) + j];         // A_qk = scale q_i k_j e
       const T a_kk = j < i ? b.dA_kk[b.ha(ti, hv) + j] : T(0);   // A_kk = beta_i k_i k_j e
       for (int64_t x = 0; x < K; ++x) {
-        const T e = std::exp2(Gi[x] - Gj[x]);
+        const T e = T(std::exp2(Gi[x] - Gj[x]));
         const T p_qk = a_qk * qi[x] * kj[x] * e;
         const T p_kk = a_kk * ki[x] * kj[x] * e;
         dqi[x] += a_qk * kj[x] * e;

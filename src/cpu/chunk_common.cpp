@@ -21,7 +21,7 @@ ChunkBuffers<T> plan_chunk_buffers(const ProblemDims& d, bool backward, Workspac
   b.rstd_k = plan.take<T>(tok * d.H);
   b.v = plan.take<T>(tok * d.HV * d.V);
   b.beta = plan.take<T>(tok * d.HV);
-  b.G = plan.take<T>(tok * d.HV * d.K);
+  b.G = plan.take<double>(tok * d.HV * d.K);
   b.A_qk = plan.take<T>(tok * d.HV * d.BT);
   b.A_kk = plan.take<T>(tok * d.HV * d.BT);
   b.w = plan.take<T>(tok * d.HV * d.K);
@@ -131,11 +131,11 @@ void prepare_inputs(const ChunkProblem& p, const ProblemDims& d, ChunkBuffers<T>
     if (b.beta_raw) std::memcpy(b.beta_raw + t * HV, b.beta + t * HV, sizeof(T) * HV);
     if (p.use_beta_sigmoid_in_kernel)
       for (int64_t hv = 0; hv < HV; ++hv) b.beta[t * HV + hv] = beta_scale * sigmoid(b.beta[t * HV + hv]);
-    T* gr = b.G + t * HV * K;
+    double* gr = b.G + t * HV * K;
     load_array(p.g, t * HV * K, HV * K, gr);
-    if (b.g_raw) std::memcpy(b.g_raw + t * HV * K, gr, sizeof(T) * HV * K);
+    if (b.g_raw) load_array(p.g, t * HV * K, HV * K, b.g_raw + t * HV * K);
     for (int64_t hv = 0; hv < HV; ++hv)
-      for (int64_t c = 0; c < K; ++c) gr[hv * K + c] = gp.forward(gr[hv * K + c], hv, K, c);
+      for (int64_t c = 0; c < K; ++c) gr[hv * K + c] = gp.forward(T(gr[hv * K + c]), hv, K, c);
     if (d_o) load_array(*d_o, t * HV * V, HV * V, b.d_o + t * HV * V);
   });
   load_states(p.initial_state, d.N, d, p.state_v_first, b.h0);

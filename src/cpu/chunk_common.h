@@ -24,8 +24,11 @@ struct ChunkBuffers {
   T* rstd_k = nullptr;   // [tok, H]
   T* v = nullptr;        // [tok, HV, V]
   T* beta = nullptr;     // [tok, HV]     post-activation beta
-  T* G = nullptr;        // [tok, HV, K]  per-token log-decay g (natural log) after prepare;
-                         //               chunk-local inclusive cumsum * RCP_LN2 after stage 1
+  double* G = nullptr;   // [tok, HV, K]  per-token log-decay g (natural log) after prepare;
+                         //               chunk-local inclusive cumsum * RCP_LN2 after stage 1.
+                         //               Double in every precision: with strong decay the cumsum
+                         //               reaches ~1e5 and fp32 would lose the small differences
+                         //               G_i - G_j that the exponentials need (FLA keeps it fp32)
   T* A_qk = nullptr;     // [tok, HV, BT] scale * q_i . k_j * exp2(G_i - G_j), j <= i; 0 above
   T* A_kk = nullptr;     // [tok, HV, BT] beta_i * k_i . k_j * exp2(G_i - G_j), j < i; then
                          //               replaced by Tinv = (I + A_kk)^-1 (unit lower)

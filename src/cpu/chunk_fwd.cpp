@@ -11,13 +11,13 @@ template <class T>
 void fwd_gate_cumsum(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv) {
   const int64_t K = b.K;
   for (int64_t i = 1; i < c.n; ++i) {
-    T* row = b.G + b.hk(c.t0 + i, hv);
-    const T* prev = b.G + b.hk(c.t0 + i - 1, hv);
+    double* row = b.G + b.hk(c.t0 + i, hv);
+    const double* prev = b.G + b.hk(c.t0 + i - 1, hv);
     for (int64_t x = 0; x < K; ++x) row[x] += prev[x];
   }
   for (int64_t i = 0; i < c.n; ++i) {
-    T* row = b.G + b.hk(c.t0 + i, hv);
-    for (int64_t x = 0; x < K; ++x) row[x] *= T(kRcpLn2);
+    double* row = b.G + b.hk(c.t0 + i, hv);
+    for (int64_t x = 0; x < K; ++x) row[x] *= kRcpLn2;
   }
 }
 
@@ -28,7 +28,7 @@ void fwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
     const int64_t ti = c.t0 + i;
     const T* qi = b.q_row(b.q, ti, hv);
     const T* ki = b.q_row(b.k, ti, hv);
-    const T* Gi = b.G + b.hk(ti, hv);
+    const double* Gi = b.G + b.hk(ti, hv);
     T* aqk = b.A_qk + b.ha(ti, hv);
     T* akk = b.A_kk + b.ha(ti, hv);
     std::fill(aqk, aqk + BT, T(0));
@@ -36,10 +36,10 @@ void fwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
     for (int64_t j = 0; j <= i; ++j) {
       const int64_t tj = c.t0 + j;
       const T* kj = b.q_row(b.k, tj, hv);
-      const T* Gj = b.G + b.hk(tj, hv);
+      const double* Gj = b.G + b.hk(tj, hv);
       T s_qk = 0, s_kk = 0;
       for (int64_t x = 0; x < K; ++x) {
-        const T e = std::exp2(Gi[x] - Gj[x]);  // <= 1 whenever every g <= 0
+        const T e = T(std::exp2(Gi[x] - Gj[x]));  // <= 1 whenever every g <= 0
         s_qk += qi[x] * kj[x] * e;
         s_kk += ki[x] * kj[x] * e;
       }
@@ -67,13 +67,13 @@ void fwd_inverse(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv) {
 template <class T>
 void fwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv) {
   const int64_t K = b.K, V = b.V;
-  const T* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
+  const double* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
   // qg = q * exp2(G) and kg = k * exp2(G_last - G): both exponents <= 0 for g <= 0.
   for (int64_t i = 0; i < c.n; ++i) {
     const int64_t ti = c.t0 + i;
     const T* ki = b.q_row(b.k, ti, hv);
     const T* qi = b.q_row(b.q, ti, hv);
-    const T* Gi = b.G + b.hk(ti, hv);
+    const double* Gi = b.G + b.hk(ti, hv);
     T* kg = b.kg + b.hk(ti, hv);
     T* qg = b.qg + b.hk(ti, hv);
     for (int64_t x = 0; x < K; ++x) {
@@ -86,7 +86,7 @@ void fwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv) {
   for (int64_t j = 0; j < c.n; ++j) {
     const int64_t tj = c.t0 + j;
     const T* kj = b.q_row(b.k, tj, hv);
-    const T* Gj = b.G + b.hk(tj, hv);
+    const double* Gj = b.G + b.hk(tj, hv);
     const T bj = b.beta[tj * b.HV + hv];
     for (int64_t x = 0; x < K; ++x) kbE[j * K + x] = bj * kj[x] * std::exp2(Gj[x]);
   }
@@ -122,10 +122,10 @@ void fwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* S) {
       for (int64_t e = 0; e < V; ++e) vn[e] -= w[x] * Sx[e];
     }
   }
-  const T* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
+  const double* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
   for (int64_t x = 0; x < K; ++x) {
     T* Sx = S + x * V;
-    const T decay = std::exp2(G_last[x]);
+    const T decay = T(std::exp2(G_last[x]));
     for (int64_t e = 0; e < V; ++e) Sx[e] *= decay;
     for (int64_t i = 0; i < c.n; ++i) {
       const T kgx = b.kg[b.hk(c.t0 + i, hv) + x];

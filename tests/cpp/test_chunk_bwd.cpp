@@ -354,9 +354,10 @@ TEST(ChunkBwd, ExtremeDecayGradientsAreFinite) {
     BwdOut chk = run_chunk_bwd(c, in, ct.d_o, ct.dht, p, Algorithm::kChunked);
     ASSERT_TRUE(IsOk(ref.status));
     ASSERT_TRUE(IsOk(chk.status));
-    // f32: see ChunkFwd.ExtremeDecayIsFinite (cumsum G of -1000 gates loses ~1e-3 in f32).
+    // f32: the tolerances of the other f32 backward cases (G is kept in double, see
+    // ChunkFwd.ExtremeDecayIsFinite).
     compare_grads(p == Precision::kF64 ? "extreme decay f64 " : "extreme decay f32 ", ref, chk,
-                  p == Precision::kF64 ? 1e-10 : 3e-3, p == Precision::kF64 ? 1e-10 : 3e-3);
+                  p == Precision::kF64 ? 1e-10 : 1e-4, p == Precision::kF64 ? 1e-10 : 1e-3);
   }
 }
 

@@ -345,10 +345,10 @@ TEST(ChunkFwd, ExtremeDecayIsFinite) {
       EXPECT_TRUE(AllFinite("o", out.o.to_double()));
       EXPECT_TRUE(AllFinite("final_state", out.final_state.to_double()));
       EXPECT_TRUE(AllFinite("h", out.h.to_double()));
-      // NOTE: in f32 the chunk-local cumsum G reaches about -64 * 1000 / ln 2, where one ulp is
-      // 2^-7: exp2(G_i - G_j) then carries ~1e-3 relative error by construction (FLA keeps G in
-      // fp32 too). Only finiteness and a loose agreement are asserted in f32.
-      const double tol = p == Precision::kF64 ? 1e-10 : 3e-3;
+      // NOTE: the chunk-local cumsum G reaches about -64 * 1000 / ln 2; an fp32 G (as in FLA)
+      // would carry ~1e-3 relative error into exp2(G_i - G_j). The CPU backend keeps G in double
+      // in every precision, so f32 holds the same tolerance as on every other case.
+      const double tol = p == Precision::kF64 ? 1e-10 : 1e-5;
       expect_fwd_close("extreme decay p=" + std::to_string(prob) + ":", out, naive.o, naive.final,
                        naive.h, tol);
     }
