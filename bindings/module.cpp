@@ -31,13 +31,11 @@ namespace {
 
 [[noreturn]] void raise_status(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-      throw nb::value_error(s.message().c_str());
+    case StatusCode::kInvalidArgument: throw nb::value_error(s.message().c_str());
     case StatusCode::kNotSupported:
       PyErr_SetString(PyExc_NotImplementedError, s.message().c_str());
       throw nb::python_error();
-    default:
-      throw std::runtime_error(s.message());
+    default: throw std::runtime_error(s.message());
   }
 }
 
@@ -87,8 +85,8 @@ TensorRef to_ref(nb::handle obj, const std::string& op, const std::string& name,
                 "; expected cpu or cuda");
   }
   if (a.ndim() > static_cast<size_t>(kMaxDims))
-    bad(op, name + ": rank " + std::to_string(a.ndim()) + "; expected rank <= " +
-                std::to_string(kMaxDims));
+    bad(op, name + ": rank " + std::to_string(a.ndim()) +
+                "; expected rank <= " + std::to_string(kMaxDims));
   t.ndim = static_cast<int>(a.ndim());
   for (int d = 0; d < t.ndim; ++d) {
     t.shape[d] = static_cast<int64_t>(a.shape(d));
@@ -134,14 +132,22 @@ std::optional<double> opt_double(nb::handle v) {
 
 // Options shared by every chunk/recurrent op; false if `name` is not one of them.
 bool set_kda_option(KdaOptions& o, const std::string& name, nb::handle v, const std::string& op) {
-  if (name == "scale") o.scale = opt_double(v);
-  else if (name == "use_qk_l2norm_in_kernel") o.use_qk_l2norm_in_kernel = nb::cast<bool>(v);
-  else if (name == "use_gate_in_kernel") o.use_gate_in_kernel = nb::cast<bool>(v);
-  else if (name == "use_beta_sigmoid_in_kernel") o.use_beta_sigmoid_in_kernel = nb::cast<bool>(v);
-  else if (name == "allow_neg_eigval") o.allow_neg_eigval = nb::cast<bool>(v);
-  else if (name == "lower_bound") o.lower_bound = opt_double(v);
-  else if (name == "state_v_first") o.state_v_first = nb::cast<bool>(v);
-  else if (name == "num_threads") o.num_threads = nb::cast<int>(v);
+  if (name == "scale")
+    o.scale = opt_double(v);
+  else if (name == "use_qk_l2norm_in_kernel")
+    o.use_qk_l2norm_in_kernel = nb::cast<bool>(v);
+  else if (name == "use_gate_in_kernel")
+    o.use_gate_in_kernel = nb::cast<bool>(v);
+  else if (name == "use_beta_sigmoid_in_kernel")
+    o.use_beta_sigmoid_in_kernel = nb::cast<bool>(v);
+  else if (name == "allow_neg_eigval")
+    o.allow_neg_eigval = nb::cast<bool>(v);
+  else if (name == "lower_bound")
+    o.lower_bound = opt_double(v);
+  else if (name == "state_v_first")
+    o.state_v_first = nb::cast<bool>(v);
+  else if (name == "num_threads")
+    o.num_threads = nb::cast<int>(v);
   else if (name == "precision") {
     const auto s = nb::cast<std::string>(v);
     if (s != "f32" && s != "f64") bad(op, "precision = '" + s + "'; expected 'f32' or 'f64'");
@@ -151,26 +157,35 @@ bool set_kda_option(KdaOptions& o, const std::string& name, nb::handle v, const 
     if (s != "chunked" && s != "reference")
       bad(op, "algorithm = '" + s + "'; expected 'chunked' or 'reference'");
     o.algorithm = s == "reference" ? Algorithm::kRecurrentReference : Algorithm::kChunked;
-  } else return false;
+  } else
+    return false;
   return true;
 }
 
 bool set_option(ChunkProblem& a, const std::string& n, nb::handle v, const std::string& op) {
-  if (n == "safe_gate") a.safe_gate = nb::cast<bool>(v);
-  else if (n == "chunk_size") a.chunk_size = nb::cast<int>(v);
-  else return set_kda_option(a, n, v, op);
+  if (n == "safe_gate")
+    a.safe_gate = nb::cast<bool>(v);
+  else if (n == "chunk_size")
+    a.chunk_size = nb::cast<int>(v);
+  else
+    return set_kda_option(a, n, v, op);
   return true;
 }
 bool set_option(RecurrentFwdArgs& a, const std::string& n, nb::handle v, const std::string& op) {
-  if (n == "inplace_final_state") a.inplace_final_state = nb::cast<bool>(v);
-  else return set_kda_option(a, n, v, op);
+  if (n == "inplace_final_state")
+    a.inplace_final_state = nb::cast<bool>(v);
+  else
+    return set_kda_option(a, n, v, op);
   return true;
 }
 template <class GateArgs>
 bool set_gate_option(GateArgs& a, const std::string& n, nb::handle v) {
-  if (n == "lower_bound") a.lower_bound = opt_double(v);
-  else if (n == "num_threads") a.num_threads = nb::cast<int>(v);
-  else return false;
+  if (n == "lower_bound")
+    a.lower_bound = opt_double(v);
+  else if (n == "num_threads")
+    a.num_threads = nb::cast<int>(v);
+  else
+    return false;
   return true;
 }
 bool set_option(GateFwdArgs& a, const std::string& n, nb::handle v, const std::string&) {
@@ -188,8 +203,8 @@ void set_options(Args& args, nb::dict options, const std::string& op) {
     try {
       ok = set_option(args, name, value, op);
     } catch (const nb::cast_error&) {
-      bad(op, name + ": a " + std::string(nb::inst_name(value).c_str()) +
-                  "; expected a " + (name == "precision" || name == "algorithm" ? "str" : "number"));
+      bad(op, name + ": a " + std::string(nb::inst_name(value).c_str()) + "; expected a " +
+                  (name == "precision" || name == "algorithm" ? "str" : "number"));
     }
     if (!ok) bad(op, "unknown option '" + name + "'");
   }
@@ -199,23 +214,21 @@ void set_options(Args& args, nb::dict options, const std::string& op) {
 template <class Args>
 void def_op(nb::module_& m, const char* py_name, const char* op, TensorFields<Args> fields,
             const char* doc) {
-  auto build = [op, fields](nb::dict tensors, nb::dict options,
-                            std::vector<nb::ndarray<>>& keep) {
+  auto build = [op, fields](nb::dict tensors, nb::dict options, std::vector<nb::ndarray<>>& keep) {
     Args args;
     set_tensors(args, fields, tensors, op, keep);
     set_options(args, options, op);
     return args;
   };
-  m.def(
-      (std::string(py_name) + "_workspace_bytes").c_str(),
-      [build](nb::dict tensors, nb::dict options) {
-        std::vector<nb::ndarray<>> keep;
-        const Args args = build(tensors, options, keep);
-        check(can_implement(args));
-        return workspace_bytes(args);
-      },
-      nb::arg("tensors"), nb::arg("options"),
-      "Validates the arguments (can_implement) and returns the workspace size in bytes.");
+  m.def((std::string(py_name) + "_workspace_bytes").c_str(),
+        [build](nb::dict tensors, nb::dict options) {
+          std::vector<nb::ndarray<>> keep;
+          const Args args = build(tensors, options, keep);
+          check(can_implement(args));
+          return workspace_bytes(args);
+        },
+        nb::arg("tensors"), nb::arg("options"),
+        "Validates the arguments (can_implement) and returns the workspace size in bytes.");
   m.def(
       py_name,
       [build, op](nb::dict tensors, nb::dict options, nb::handle workspace, uintptr_t stream) {
@@ -234,8 +247,7 @@ void def_op(nb::module_& m, const char* py_name, const char* op, TensorFields<Ar
         }
         check(s);
       },
-      nb::arg("tensors"), nb::arg("options"), nb::arg("workspace").none(), nb::arg("stream"),
-      doc);
+      nb::arg("tensors"), nb::arg("options"), nb::arg("workspace").none(), nb::arg("stream"), doc);
 }
 
 }  // namespace
@@ -244,46 +256,69 @@ NB_MODULE(_C, m) {
   m.doc() = "OpenKDA C++ core (DLPack binding). Use the openkda package, not this module.";
 
   def_op<ChunkFwdArgs>(m, "chunk_fwd", "chunk_kda",
-                       {{"q", &ChunkFwdArgs::q}, {"k", &ChunkFwdArgs::k},
-                        {"v", &ChunkFwdArgs::v}, {"g", &ChunkFwdArgs::g},
-                        {"beta", &ChunkFwdArgs::beta}, {"A_log", &ChunkFwdArgs::A_log},
+                       {{"q", &ChunkFwdArgs::q},
+                        {"k", &ChunkFwdArgs::k},
+                        {"v", &ChunkFwdArgs::v},
+                        {"g", &ChunkFwdArgs::g},
+                        {"beta", &ChunkFwdArgs::beta},
+                        {"A_log", &ChunkFwdArgs::A_log},
                         {"dt_bias", &ChunkFwdArgs::dt_bias},
                         {"initial_state", &ChunkFwdArgs::initial_state},
-                        {"cu_seqlens", &ChunkFwdArgs::cu_seqlens}, {"o", &ChunkFwdArgs::o},
-                        {"final_state", &ChunkFwdArgs::final_state}, {"h", &ChunkFwdArgs::h}},
+                        {"cu_seqlens", &ChunkFwdArgs::cu_seqlens},
+                        {"o", &ChunkFwdArgs::o},
+                        {"final_state", &ChunkFwdArgs::final_state},
+                        {"h", &ChunkFwdArgs::h}},
                        "chunk_kda forward: writes o, final_state and h (when given).");
   def_op<ChunkBwdArgs>(m, "chunk_bwd", "chunk_kda_bwd",
-                       {{"q", &ChunkBwdArgs::q}, {"k", &ChunkBwdArgs::k},
-                        {"v", &ChunkBwdArgs::v}, {"g", &ChunkBwdArgs::g},
-                        {"beta", &ChunkBwdArgs::beta}, {"A_log", &ChunkBwdArgs::A_log},
+                       {{"q", &ChunkBwdArgs::q},
+                        {"k", &ChunkBwdArgs::k},
+                        {"v", &ChunkBwdArgs::v},
+                        {"g", &ChunkBwdArgs::g},
+                        {"beta", &ChunkBwdArgs::beta},
+                        {"A_log", &ChunkBwdArgs::A_log},
                         {"dt_bias", &ChunkBwdArgs::dt_bias},
                         {"initial_state", &ChunkBwdArgs::initial_state},
-                        {"cu_seqlens", &ChunkBwdArgs::cu_seqlens}, {"d_o", &ChunkBwdArgs::d_o},
-                        {"dht", &ChunkBwdArgs::dht}, {"dq", &ChunkBwdArgs::dq},
-                        {"dk", &ChunkBwdArgs::dk}, {"dv", &ChunkBwdArgs::dv},
-                        {"dg", &ChunkBwdArgs::dg}, {"dbeta", &ChunkBwdArgs::dbeta},
-                        {"dA_log", &ChunkBwdArgs::dA_log}, {"ddt_bias", &ChunkBwdArgs::ddt_bias},
+                        {"cu_seqlens", &ChunkBwdArgs::cu_seqlens},
+                        {"d_o", &ChunkBwdArgs::d_o},
+                        {"dht", &ChunkBwdArgs::dht},
+                        {"dq", &ChunkBwdArgs::dq},
+                        {"dk", &ChunkBwdArgs::dk},
+                        {"dv", &ChunkBwdArgs::dv},
+                        {"dg", &ChunkBwdArgs::dg},
+                        {"dbeta", &ChunkBwdArgs::dbeta},
+                        {"dA_log", &ChunkBwdArgs::dA_log},
+                        {"ddt_bias", &ChunkBwdArgs::ddt_bias},
                         {"dh0", &ChunkBwdArgs::dh0}},
                        "chunk_kda backward: writes the gradients of every defined input.");
   def_op<RecurrentFwdArgs>(
       m, "recurrent_fwd", "fused_recurrent_kda",
-      {{"q", &RecurrentFwdArgs::q}, {"k", &RecurrentFwdArgs::k}, {"v", &RecurrentFwdArgs::v},
-       {"g", &RecurrentFwdArgs::g}, {"beta", &RecurrentFwdArgs::beta},
-       {"A_log", &RecurrentFwdArgs::A_log}, {"dt_bias", &RecurrentFwdArgs::dt_bias},
+      {{"q", &RecurrentFwdArgs::q},
+       {"k", &RecurrentFwdArgs::k},
+       {"v", &RecurrentFwdArgs::v},
+       {"g", &RecurrentFwdArgs::g},
+       {"beta", &RecurrentFwdArgs::beta},
+       {"A_log", &RecurrentFwdArgs::A_log},
+       {"dt_bias", &RecurrentFwdArgs::dt_bias},
        {"initial_state", &RecurrentFwdArgs::initial_state},
        {"cu_seqlens", &RecurrentFwdArgs::cu_seqlens},
        {"ssm_state_indices", &RecurrentFwdArgs::ssm_state_indices},
        {"num_accepted_tokens", &RecurrentFwdArgs::num_accepted_tokens},
-       {"o", &RecurrentFwdArgs::o}, {"final_state", &RecurrentFwdArgs::final_state}},
+       {"o", &RecurrentFwdArgs::o},
+       {"final_state", &RecurrentFwdArgs::final_state}},
       "fused_recurrent_kda forward: writes o and the final (or per-token, or in-place) states.");
   def_op<GateFwdArgs>(m, "gate_fwd", "fused_kda_gate",
-                      {{"g", &GateFwdArgs::g}, {"A_log", &GateFwdArgs::A_log},
-                       {"dt_bias", &GateFwdArgs::dt_bias}, {"y", &GateFwdArgs::y}},
+                      {{"g", &GateFwdArgs::g},
+                       {"A_log", &GateFwdArgs::A_log},
+                       {"dt_bias", &GateFwdArgs::dt_bias},
+                       {"y", &GateFwdArgs::y}},
                       "fused_kda_gate forward: writes y.");
   def_op<GateBwdArgs>(m, "gate_bwd", "fused_kda_gate_bwd",
-                      {{"g", &GateBwdArgs::g}, {"A_log", &GateBwdArgs::A_log},
-                       {"dt_bias", &GateBwdArgs::dt_bias}, {"dy", &GateBwdArgs::dy},
-                       {"dg", &GateBwdArgs::dg}, {"dA_log", &GateBwdArgs::dA_log},
+                      {{"g", &GateBwdArgs::g},
+                       {"A_log", &GateBwdArgs::A_log},
+                       {"dt_bias", &GateBwdArgs::dt_bias},
+                       {"dy", &GateBwdArgs::dy},
+                       {"dg", &GateBwdArgs::dg},
+                       {"dA_log", &GateBwdArgs::dA_log},
                        {"ddt_bias", &GateBwdArgs::ddt_bias}},
                       "fused_kda_gate backward: writes dg, dA_log and ddt_bias (when given).");
 
@@ -297,5 +332,6 @@ NB_MODULE(_C, m) {
         d["version"] = std::string(c.version ? c.version : "");
         return d;
       },
-      "Optional parts compiled into this build: {'cuda': bool, 'cuda_archs': str, 'version': str}.");
+      "Optional parts compiled into this build: {'cuda': bool, 'cuda_archs': str, 'version': "
+      "str}.");
 }

@@ -4,8 +4,9 @@
 //   K q/k head dim (K <= 256), V value head dim, NT chunks (dense: B * ceil(T / chunk_size);
 //   varlen: sum over sequences of ceil(len / chunk_size)).
 // The state is [N, HV, K, V] fp32, or [N, HV, V, K] when state_v_first.
-// "may be undefined" marks an optional tensor (FLA's None): leave the TensorRef default-constructed.
-// Inputs must be contiguous row-major; outputs are written in place into caller-owned buffers.
+// "may be undefined" marks an optional tensor (FLA's None): leave the TensorRef
+// default-constructed. Inputs must be contiguous row-major; outputs are written in place into
+// caller-owned buffers.
 #pragma once
 
 #include <optional>
@@ -26,18 +27,18 @@ enum class Algorithm : int8_t { kChunked = 0, kRecurrentReference };
 
 // Gate and beta options shared by every op of the family (FLA's flags, same defaults).
 struct KdaOptions {
-  std::optional<double> scale;           // default K^-0.5
-  bool use_qk_l2norm_in_kernel = false;  // q, k <- x / sqrt(sum x^2 + 1e-6)
-  bool use_gate_in_kernel = false;       // g is the raw gate; see lower_bound
+  std::optional<double> scale;              // default K^-0.5
+  bool use_qk_l2norm_in_kernel = false;     // q, k <- x / sqrt(sum x^2 + 1e-6)
+  bool use_gate_in_kernel = false;          // g is the raw gate; see lower_bound
   bool use_beta_sigmoid_in_kernel = false;  // beta <- sigmoid(beta) (x2 with allow_neg_eigval)
-  bool allow_neg_eigval = false;         // requires use_beta_sigmoid_in_kernel
+  bool allow_neg_eigval = false;            // requires use_beta_sigmoid_in_kernel
   // With use_gate_in_kernel: unset -> g = -exp(A_log) * softplus(g + dt_bias);
   // set to L -> g = L * sigmoid(exp(A_log) * (g + dt_bias)) (exp(A_log) -> 1 when A_log undefined).
   std::optional<double> lower_bound;
-  bool state_v_first = false;  // state layout [.., V, K] instead of [.., K, V]
-  Precision precision = Precision::kF32;  // CPU backend only
+  bool state_v_first = false;                 // state layout [.., V, K] instead of [.., K, V]
+  Precision precision = Precision::kF32;      // CPU backend only
   Algorithm algorithm = Algorithm::kChunked;  // CPU backend only (chunk_kda)
-  int num_threads = 0;                    // CPU backend only; 0 = all hardware threads
+  int num_threads = 0;                        // CPU backend only; 0 = all hardware threads
 };
 
 // Inputs of chunk_kda, shared by its forward and backward.
@@ -90,23 +91,24 @@ struct RecurrentFwdArgs : KdaOptions {
   // Without ssm_state_indices: [N, HV, K, V] (v-first [N, HV, V, K]).
   // With ssm_state_indices: a state pool [num_slots, HV, K, V]. Any float; may be undefined.
   TensorRef initial_state;
-  TensorRef cu_seqlens;           // [N + 1] i32 | i64; may be undefined
-  TensorRef ssm_state_indices;    // [N] or [N, max_tokens] i32 | i64; may be undefined
-  TensorRef num_accepted_tokens;  // [N] i32 | i64; may be undefined (needs ssm_state_indices)
+  TensorRef cu_seqlens;              // [N + 1] i32 | i64; may be undefined
+  TensorRef ssm_state_indices;       // [N] or [N, max_tokens] i32 | i64; may be undefined
+  TensorRef num_accepted_tokens;     // [N] i32 | i64; may be undefined (needs ssm_state_indices)
   bool inplace_final_state = false;  // write states into initial_state (the pool)
-  TensorRef o;  // [B, T, HV, V] any float (output)
+  TensorRef o;                       // [B, T, HV, V] any float (output)
   // Not in place: [N, HV, K, V] f32 | f64, or, with ssm_state_indices, the state after every token
   // [B * T, HV, K, V]. Ignored when inplace_final_state. May be undefined.
   TensorRef final_state;
 };
 
-// fused_kda_gate: y = -exp(A_log) * softplus(g + dt_bias) or L * sigmoid(exp(A_log) * (g + dt_bias)).
+// fused_kda_gate: y = -exp(A_log) * softplus(g + dt_bias) or L * sigmoid(exp(A_log) * (g +
+// dt_bias)).
 struct GateFwdArgs {
   TensorRef g;        // [..., HV, K] any float: raw gate
   TensorRef A_log;    // HV elements f32 | f64; required unless lower_bound is set
   TensorRef dt_bias;  // [HV * K] f32 | f64; may be undefined
   std::optional<double> lower_bound;
-  TensorRef y;        // [..., HV, K] any float (output)
+  TensorRef y;  // [..., HV, K] any float (output)
   int num_threads = 0;
 };
 
@@ -115,10 +117,10 @@ struct GateBwdArgs {
   TensorRef A_log;    // as in GateFwdArgs
   TensorRef dt_bias;  // as in GateFwdArgs
   std::optional<double> lower_bound;
-  TensorRef dy;       // [..., HV, K] any float
-  TensorRef dg;       // [..., HV, K] dtype of g (output)
-  TensorRef dA_log;   // shape and dtype of A_log (output); undefined iff A_log is
-  TensorRef ddt_bias; // [HV * K] dtype of dt_bias (output); undefined iff dt_bias is
+  TensorRef dy;        // [..., HV, K] any float
+  TensorRef dg;        // [..., HV, K] dtype of g (output)
+  TensorRef dA_log;    // shape and dtype of A_log (output); undefined iff A_log is
+  TensorRef ddt_bias;  // [HV * K] dtype of dt_bias (output); undefined iff dt_bias is
   int num_threads = 0;
 };
 

@@ -40,9 +40,9 @@ class Status {
 };
 
 // Returns from the enclosing function when `expr` yields a non-ok Status.
-#define OPENKDA_RETURN_IF_ERROR(expr)      \
-  do {                                     \
-    ::openkda::Status _openkda_s = (expr); \
+#define OPENKDA_RETURN_IF_ERROR(expr)        \
+  do {                                       \
+    ::openkda::Status _openkda_s = (expr);   \
     if (!_openkda_s.ok()) return _openkda_s; \
   } while (0)
 

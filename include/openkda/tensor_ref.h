@@ -78,7 +78,9 @@ inline const char* dtype_name(DType dtype) {  // "bf16", "f32", ...
   return "undefined";
 }
 
-inline const char* device_name(DeviceType t) { return t == DeviceType::kCUDA ? "cuda" : "cpu"; }
+inline const char* device_name(DeviceType t) {
+  return t == DeviceType::kCUDA ? "cuda" : "cpu";
+}
 
 std::string shape_str(const TensorRef& t);  // "[2, 64, 4, 128]"
 

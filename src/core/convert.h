@@ -105,7 +105,8 @@ void load_array(const TensorRef& src, int64_t offset, int64_t n, T* dst) {
       break;
     }
     default:
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(load_scalar(src.data, src.dtype, offset + i));
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = static_cast<T>(load_scalar(src.data, src.dtype, offset + i));
   }
 }
 
@@ -134,8 +135,7 @@ void store_array(const T* src, int64_t n, const TensorRef& dst, int64_t offset) 
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<double>(src[i]);
       break;
     }
-    default:
-      break;
+    default: break;
   }
 }
 

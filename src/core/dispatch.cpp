@@ -22,7 +22,9 @@
 namespace openkda {
 namespace {
 
-bool on_cuda(const TensorRef& t) { return t.device.type == DeviceType::kCUDA; }
+bool on_cuda(const TensorRef& t) {
+  return t.device.type == DeviceType::kCUDA;
+}
 
 Status no_cuda_kernel(const char* op) {
   return Status::NotSupported(std::string(op) +
@@ -173,7 +175,9 @@ Status can_implement(const RecurrentFwdArgs& a) {
   return Status::Ok();
 }
 
-size_t workspace_bytes(const RecurrentFwdArgs&) { return 0; }
+size_t workspace_bytes(const RecurrentFwdArgs&) {
+  return 0;
+}
 
 Status run(const RecurrentFwdArgs& a, Workspace, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(can_implement(a));
@@ -186,9 +190,13 @@ Status run(const RecurrentFwdArgs& a, Workspace, Stream stream) {
 }
 
 // ---- fused_kda_gate ----------------------------------------------------------------------------
-Status can_implement(const GateFwdArgs& a) { return validate(a); }
+Status can_implement(const GateFwdArgs& a) {
+  return validate(a);
+}
 
-size_t workspace_bytes(const GateFwdArgs&) { return 0; }
+size_t workspace_bytes(const GateFwdArgs&) {
+  return 0;
+}
 
 Status run(const GateFwdArgs& a, Workspace, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(can_implement(a));
@@ -203,7 +211,9 @@ Status run(const GateFwdArgs& a, Workspace, Stream stream) {
   return Status::Ok();
 }
 
-Status can_implement(const GateBwdArgs& a) { return validate(a); }
+Status can_implement(const GateBwdArgs& a) {
+  return validate(a);
+}
 
 size_t workspace_bytes(const GateBwdArgs& a) {
 #ifdef OPENKDA_WITH_CUDA
@@ -219,7 +229,8 @@ Status run(const GateBwdArgs& a, Workspace ws, Stream stream) {
     OPENKDA_RETURN_IF_ERROR(check_workspace("fused_kda_gate_bwd", ws, workspace_bytes(a)));
     return cuda::gate_bwd(a, ws, stream);
 #else
-    return Status::NotSupported("fused_kda_gate_bwd: g.device cuda; this build has no CUDA backend");
+    return Status::NotSupported(
+        "fused_kda_gate_bwd: g.device cuda; this build has no CUDA backend");
 #endif
   }
   cpu::gate_bwd_cpu(a);

@@ -1,7 +1,6 @@
 // TensorRef helpers: element counts, contiguity, names used in error messages.
 #include "openkda/tensor_ref.h"
 
-
 namespace openkda {
 
 int64_t TensorRef::numel() const {

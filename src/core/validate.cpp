@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/convert.h"
@@ -15,8 +15,12 @@ namespace {
 // Message building without iostreams: the core can be linked into a host whose C++ runtime
 // differs from the one it was compiled against (a statically linked libstdc++ next to torch's
 // shared one), where iostream locale state is not safe to share.
-std::string str(const std::string& s) { return s; }
-std::string str(const char* s) { return s; }
+std::string str(const std::string& s) {
+  return s;
+}
+std::string str(const char* s) {
+  return s;
+}
 std::string str(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", v);
@@ -34,7 +38,9 @@ std::string cat(const Ts&... parts) {
   return out;
 }
 
-std::string dev_str(const Device& d) { return cat(device_name(d.type), ":", d.index); }
+std::string dev_str(const Device& d) {
+  return cat(device_name(d.type), ":", d.index);
+}
 
 std::string dims_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -46,22 +52,22 @@ std::string dims_str(const std::vector<int64_t>& s) {
 class Checker {
  public:
   // `ref` names the tensor whose device every other tensor must share.
-  Checker(const char* op, Device device, const char* ref = "q") : op_(op), ref_(ref), device_(device) {}
+  Checker(const char* op, Device device, const char* ref = "q")
+      : op_(op), ref_(ref), device_(device) {}
 
-  Status fail(const std::string& msg) const {
-    return Status::InvalidArgument(cat(op_, ": ", msg));
-  }
+  Status fail(const std::string& msg) const { return Status::InvalidArgument(cat(op_, ": ", msg)); }
 
   Status rank(const TensorRef& t, const char* name, int ndim, const char* layout) const {
     if (t.ndim != ndim)
-      return fail(cat(name, ": rank ", t.ndim, " ", shape_str(t), "; expected rank ", ndim, " ",
-                      layout));
+      return fail(
+          cat(name, ": rank ", t.ndim, " ", shape_str(t), "; expected rank ", ndim, " ", layout));
     return Status::Ok();
   }
 
   Status placed(const TensorRef& t, const char* name) const {
     if (t.device != device_)
-      return fail(cat(name, ".device ", dev_str(t.device), "; expected ", ref_, ".device ", dev_str(device_)));
+      return fail(cat(name, ".device ", dev_str(t.device), "; expected ", ref_, ".device ",
+                      dev_str(device_)));
     if (!t.is_contiguous())
       return fail(cat(name, ": non-contiguous strides; expected a contiguous row-major tensor"));
     if (t.numel() > 0 && t.data == nullptr) return fail(cat(name, ": null data pointer"));
@@ -70,11 +76,13 @@ class Checker {
 
   Status float_dtype(const TensorRef& t, const char* name) const {
     if (!t.is_float())
-      return fail(cat(name, ".dtype ", dtype_name(t.dtype), "; expected one of f16, bf16, f32, f64"));
+      return fail(
+          cat(name, ".dtype ", dtype_name(t.dtype), "; expected one of f16, bf16, f32, f64"));
     return Status::Ok();
   }
 
-  Status dtype_in(const TensorRef& t, const char* name, std::initializer_list<DType> allowed) const {
+  Status dtype_in(const TensorRef& t, const char* name,
+                  std::initializer_list<DType> allowed) const {
     for (DType d : allowed)
       if (t.dtype == d) return Status::Ok();
     std::string list;
@@ -87,14 +95,16 @@ class Checker {
     bool same = t.ndim == static_cast<int>(expected.size());
     for (int d = 0; same && d < t.ndim; ++d) same = t.shape[d] == expected[d];
     if (!same)
-      return fail(cat(name, ".shape ", shape_str(t), "; expected ", layout, " = ", dims_str(expected)));
+      return fail(
+          cat(name, ".shape ", shape_str(t), "; expected ", layout, " = ", dims_str(expected)));
     return Status::Ok();
   }
 
   // A float tensor of an exact shape on the op's device.
   Status tensor(const TensorRef& t, const char* name, const std::vector<int64_t>& expected,
                 const char* layout) const {
-    if (!t.defined()) return fail(cat(name, " is undefined; expected ", layout, " = ", dims_str(expected)));
+    if (!t.defined())
+      return fail(cat(name, " is undefined; expected ", layout, " = ", dims_str(expected)));
     OPENKDA_RETURN_IF_ERROR(shape(t, name, expected, layout));
     OPENKDA_RETURN_IF_ERROR(float_dtype(t, name));
     return placed(t, name);
@@ -125,7 +135,8 @@ Status check_qkvg(const Checker& c, const TensorRef& q, const TensorRef& k, cons
   if (!v.defined()) return c.fail("v is undefined; expected [B, T, HV, V]");
   OPENKDA_RETURN_IF_ERROR(c.rank(v, "v", 4, "[B, T, HV, V]"));
   if (v.shape[0] != B || v.shape[1] != T)
-    return c.fail(cat("v.shape ", shape_str(v), "; expected [B, T, HV, V] with B = ", B, ", T = ", T));
+    return c.fail(
+        cat("v.shape ", shape_str(v), "; expected [B, T, HV, V] with B = ", B, ", T = ", T));
   const int64_t HV = v.shape[2];
   if (HV < 1 || HV % H != 0)
     return c.fail(cat("v.shape[2] (HV) = ", HV, "; expected a positive multiple of H = ", H));
@@ -136,7 +147,8 @@ Status check_qkvg(const Checker& c, const TensorRef& q, const TensorRef& k, cons
 }
 
 // cu_seqlens: [N + 1] i32 | i64; values checked when host-readable. Returns N through n_out.
-Status check_cu_seqlens(const Checker& c, const TensorRef& cu, int64_t B, int64_t T, int64_t* n_out) {
+Status check_cu_seqlens(const Checker& c, const TensorRef& cu, int64_t B, int64_t T,
+                        int64_t* n_out) {
   *n_out = B;
   if (!cu.defined()) return Status::Ok();
   OPENKDA_RETURN_IF_ERROR(c.rank(cu, "cu_seqlens", 1, "[N + 1]"));
@@ -144,7 +156,8 @@ Status check_cu_seqlens(const Checker& c, const TensorRef& cu, int64_t B, int64_
   OPENKDA_RETURN_IF_ERROR(c.placed(cu, "cu_seqlens"));
   if (cu.numel() < 1) return c.fail("cu_seqlens.shape [0]; expected [N + 1] with N >= 0");
   if (B != 1)
-    return c.fail(cat("q.shape[0] (B) = ", B, " with cu_seqlens; expected 1 (flatten variable-length "
+    return c.fail(cat("q.shape[0] (B) = ", B,
+                      " with cu_seqlens; expected 1 (flatten variable-length "
                       "inputs into one row)"));
   *n_out = cu.numel() - 1;
   if (cu.device.type != DeviceType::kCPU) return Status::Ok();  // no host read of device memory
@@ -165,7 +178,9 @@ std::vector<int64_t> state_shape(int64_t n, int64_t HV, int64_t K, int64_t V, bo
   return v_first ? std::vector<int64_t>{n, HV, V, K} : std::vector<int64_t>{n, HV, K, V};
 }
 
-const char* state_layout(bool v_first) { return v_first ? "[N, HV, V, K]" : "[N, HV, K, V]"; }
+const char* state_layout(bool v_first) {
+  return v_first ? "[N, HV, V, K]" : "[N, HV, K, V]";
+}
 
 // A state tensor: exact shape for its layout and a dtype from `allowed`.
 Status check_state(const Checker& c, const TensorRef& s, const char* name,
@@ -204,15 +219,18 @@ Status check_gate_params(const Checker& c, const TensorRef& A_log, const TensorR
 Status check_options(const Checker& c, const KdaOptions& o, const TensorRef& A_log, bool safe_gate,
                      bool require_A_log) {
   if (o.use_gate_in_kernel && require_A_log && !A_log.defined() && !o.lower_bound)
-    return c.fail("A_log is undefined; expected HV elements when use_gate_in_kernel = true and "
-                  "lower_bound is not set");
+    return c.fail(
+        "A_log is undefined; expected HV elements when use_gate_in_kernel = true and "
+        "lower_bound is not set");
   if (safe_gate && o.use_gate_in_kernel) {
     if (!o.lower_bound)
-      return c.fail("lower_bound is not set; expected a value in [-5, 0) when safe_gate = true and "
-                    "use_gate_in_kernel = true");
+      return c.fail(
+          "lower_bound is not set; expected a value in [-5, 0) when safe_gate = true and "
+          "use_gate_in_kernel = true");
     if (!(*o.lower_bound >= -5.0 && *o.lower_bound < 0.0))
-      return c.fail(cat("lower_bound = ", *o.lower_bound,
-                        "; expected a value in [-5, 0) when safe_gate = true and use_gate_in_kernel = true"));
+      return c.fail(
+          cat("lower_bound = ", *o.lower_bound,
+              "; expected a value in [-5, 0) when safe_gate = true and use_gate_in_kernel = true"));
   }
   if (o.lower_bound && !std::isfinite(*o.lower_bound))
     return c.fail(cat("lower_bound = ", *o.lower_bound, "; expected a finite value"));
@@ -230,13 +248,14 @@ Status check_chunk_problem(const Checker& c, const ChunkProblem& p, int64_t* n_o
   OPENKDA_RETURN_IF_ERROR(c.tensor(p.beta, "beta", {B, T, HV}, "[B, T, HV]"));
   OPENKDA_RETURN_IF_ERROR(check_cu_seqlens(c, p.cu_seqlens, B, T, n_out));
   OPENKDA_RETURN_IF_ERROR(check_state(c, p.initial_state, "initial_state",
-                                      state_shape(*n_out, HV, K, V, p.state_v_first), p.state_v_first,
-                                      {DType::kF32, DType::kF64, DType::kBF16}));
+                                      state_shape(*n_out, HV, K, V, p.state_v_first),
+                                      p.state_v_first, {DType::kF32, DType::kF64, DType::kBF16}));
   OPENKDA_RETURN_IF_ERROR(check_options(c, p, p.A_log, p.safe_gate, /*require_A_log=*/true));
   if (p.chunk_size != 32 && p.chunk_size != 64)
     return c.fail(cat("chunk_size = ", p.chunk_size, "; expected 32 or 64"));
   if (K > 256) return c.fail(cat("q.shape[3] (K) = ", K, "; expected K <= 256"));
-  if (p.use_gate_in_kernel) OPENKDA_RETURN_IF_ERROR(check_gate_params(c, p.A_log, p.dt_bias, HV, K));
+  if (p.use_gate_in_kernel)
+    OPENKDA_RETURN_IF_ERROR(check_gate_params(c, p.A_log, p.dt_bias, HV, K));
   return Status::Ok();
 }
 
@@ -281,7 +300,8 @@ Status check_state_indices(const Checker& c, const RecurrentFwdArgs& a, int64_t 
     if (a.num_accepted_tokens.defined()) {
       const int64_t acc = load_index(a.num_accepted_tokens, n);
       if (acc < 1 || acc > cols)
-        return c.fail(cat("num_accepted_tokens[", n, "] = ", acc, "; expected a value in [1, ", cols, "]"));
+        return c.fail(
+            cat("num_accepted_tokens[", n, "] = ", acc, "; expected a value in [1, ", cols, "]"));
       first = acc - 1;
     }
     for (int64_t t = -1; t < len; ++t) {
@@ -314,8 +334,8 @@ Status validate(const ChunkFwdArgs& a) {
     const int64_t nt = host_cu ? chunks_per_row(a) : (a.h.ndim == 5 ? a.h.shape[1] : -1);
     const auto expected = a.state_v_first ? std::vector<int64_t>{B, nt, HV, V, K}
                                           : std::vector<int64_t>{B, nt, HV, K, V};
-    OPENKDA_RETURN_IF_ERROR(c.tensor(a.h, "h", expected,
-                                     a.state_v_first ? "[B, NT, HV, V, K]" : "[B, NT, HV, K, V]"));
+    OPENKDA_RETURN_IF_ERROR(
+        c.tensor(a.h, "h", expected, a.state_v_first ? "[B, NT, HV, V, K]" : "[B, NT, HV, K, V]"));
   }
   return Status::Ok();
 }
@@ -356,7 +376,8 @@ Status validate(const RecurrentFwdArgs& a) {
   int64_t N = 0;
   OPENKDA_RETURN_IF_ERROR(check_cu_seqlens(c, a.cu_seqlens, B, T, &N));
   OPENKDA_RETURN_IF_ERROR(check_options(c, a, a.A_log, false, /*require_A_log=*/false));
-  if (a.use_gate_in_kernel) OPENKDA_RETURN_IF_ERROR(check_gate_params(c, a.A_log, a.dt_bias, HV, K));
+  if (a.use_gate_in_kernel)
+    OPENKDA_RETURN_IF_ERROR(check_gate_params(c, a.A_log, a.dt_bias, HV, K));
   const bool pool = a.ssm_state_indices.defined();
   if (a.initial_state.defined()) {
     const int64_t n = pool ? a.initial_state.shape[0] : N;
@@ -368,8 +389,9 @@ Status validate(const RecurrentFwdArgs& a) {
                                         {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}));
   }
   if (a.inplace_final_state && !a.initial_state.defined())
-    return c.fail("initial_state is undefined with inplace_final_state = true; expected the state "
-                  "tensor (or pool) to update in place");
+    return c.fail(
+        "initial_state is undefined with inplace_final_state = true; expected the state "
+        "tensor (or pool) to update in place");
   if (pool) {
     const TensorRef& idx = a.ssm_state_indices;
     if (idx.ndim != 1 && idx.ndim != 2)
@@ -386,8 +408,8 @@ Status validate(const RecurrentFwdArgs& a) {
     if (!pool)
       return c.fail("num_accepted_tokens is defined without ssm_state_indices; expected both");
     OPENKDA_RETURN_IF_ERROR(c.shape(a.num_accepted_tokens, "num_accepted_tokens", {N}, "[N]"));
-    OPENKDA_RETURN_IF_ERROR(c.dtype_in(a.num_accepted_tokens, "num_accepted_tokens",
-                                       {DType::kI32, DType::kI64}));
+    OPENKDA_RETURN_IF_ERROR(
+        c.dtype_in(a.num_accepted_tokens, "num_accepted_tokens", {DType::kI32, DType::kI64}));
     OPENKDA_RETURN_IF_ERROR(c.placed(a.num_accepted_tokens, "num_accepted_tokens"));
   }
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.o, "o", {B, T, HV, V}, "[B, T, HV, V]"));
@@ -405,7 +427,8 @@ namespace {
 Status check_gate_common(const Checker& c, const TensorRef& g, const TensorRef& A_log,
                          const TensorRef& dt_bias, const std::optional<double>& lower_bound) {
   if (!g.defined()) return c.fail("g is undefined; expected [..., HV, K]");
-  if (g.ndim < 2) return c.fail(cat("g: rank ", g.ndim, " ", shape_str(g), "; expected rank >= 2 [..., HV, K]"));
+  if (g.ndim < 2)
+    return c.fail(cat("g: rank ", g.ndim, " ", shape_str(g), "; expected rank >= 2 [..., HV, K]"));
   if (g.size(-2) < 1 || g.size(-1) < 1)
     return c.fail(cat("g.shape ", shape_str(g), "; expected HV >= 1 and K >= 1 in [..., HV, K]"));
   OPENKDA_RETURN_IF_ERROR(c.float_dtype(g, "g"));
@@ -417,7 +440,9 @@ Status check_gate_common(const Checker& c, const TensorRef& g, const TensorRef& 
   return check_gate_params(c, A_log, dt_bias, g.size(-2), g.size(-1));
 }
 
-std::vector<int64_t> shape_of(const TensorRef& t) { return std::vector<int64_t>(t.shape, t.shape + t.ndim); }
+std::vector<int64_t> shape_of(const TensorRef& t) {
+  return std::vector<int64_t>(t.shape, t.shape + t.ndim);
+}
 
 }  // namespace
 
@@ -433,7 +458,8 @@ Status validate(const GateBwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.dy, "dy", shape_of(a.g), "g.shape [..., HV, K]"));
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.dg, "dg", shape_of(a.g), "g.shape [..., HV, K]"));
   if (a.dg.dtype != a.g.dtype)
-    return c.fail(cat("dg.dtype ", dtype_name(a.dg.dtype), "; expected g.dtype ", dtype_name(a.g.dtype)));
+    return c.fail(
+        cat("dg.dtype ", dtype_name(a.dg.dtype), "; expected g.dtype ", dtype_name(a.g.dtype)));
   OPENKDA_RETURN_IF_ERROR(check_grad_like(c, a.dA_log, "dA_log", a.A_log, "A_log"));
   return check_grad_like(c, a.ddt_bias, "ddt_bias", a.dt_bias, "dt_bias");
 }

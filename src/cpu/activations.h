@@ -31,11 +31,11 @@ T softplus(T x) {
 // Gate activation for one (value head hv): everything the forward and backward need.
 template <class T>
 struct GateParams {
-  bool in_kernel = false;            // false: g is already the log-decay
+  bool in_kernel = false;  // false: g is already the log-decay
   std::optional<double> lower_bound;
-  const T* A_log = nullptr;          // [HV] or nullptr
-  const T* dt_bias = nullptr;        // [HV * K] or nullptr
-  bool softplus_without_A = false;   // fused_recurrent: A_log undefined -> exp(A) = e
+  const T* A_log = nullptr;         // [HV] or nullptr
+  const T* dt_bias = nullptr;       // [HV * K] or nullptr
+  bool softplus_without_A = false;  // fused_recurrent: A_log undefined -> exp(A) = e
 
   T a_coef(int64_t hv) const {  // exp(A_log[hv]), or the mode's default
     if (A_log) return std::exp(A_log[hv]);

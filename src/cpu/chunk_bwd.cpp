@@ -87,15 +87,16 @@ void bwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
         s_w += dvn[e] * hx[e];
       }
       E[i * K + x] = std::exp2(Gi[x]);
-      dq[x] = scale * s_q * E[i * K + x];            // o = scale * (q E) h
+      dq[x] = scale * s_q * E[i * K + x];                 // o = scale * (q E) h
       const T dkI = s_kg * std::exp2(G_last[x] - Gi[x]);  // S_next += kg^T v_new
       dk[x] = dkI;
       dG[x] = qi[x] * dq[x] - ki[x] * dkI;
       dgL[x] += ki[x] * dkI;
-      dW[i * K + x] = -s_w;                          // v_new = u - w h
+      dW[i * K + x] = -s_w;  // v_new = u - w h
     }
   }
-  // dTinv (strictly lower part suffices: Tinv is unit lower) from w = Tinv (beta k E), u = Tinv (beta v).
+  // dTinv (strictly lower part suffices: Tinv is unit lower) from w = Tinv (beta k E), u = Tinv
+  // (beta v).
   for (int64_t i = 0; i < n; ++i) {
     const T* dvn = b.dv_new + b.hvv(c.t0 + i, hv);
     for (int64_t j = 0; j < i; ++j) {
@@ -185,7 +186,7 @@ void bwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
       T* dkj = b.dk + b.hk(tj, hv);
       T* dGj = b.dG + b.hk(tj, hv);
       const T a_qk = scale * b.dA_qk[b.ha(ti, hv) + j];         // A_qk = scale q_i k_j e
-      const T a_kk = j < i ? b.dA_kk[b.ha(ti, hv) + j] : T(0);   // A_kk = beta_i k_i k_j e
+      const T a_kk = j < i ? b.dA_kk[b.ha(ti, hv) + j] : T(0);  // A_kk = beta_i k_i k_j e
       for (int64_t x = 0; x < K; ++x) {
         const T e = T(std::exp2(Gi[x] - Gj[x]));
         const T p_qk = a_qk * qi[x] * kj[x] * e;
@@ -213,7 +214,8 @@ void bwd_gate_cumsum(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv) {
 }
 
 template <class T>
-void chunk_backward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n, int64_t hv, T scale) {
+void chunk_backward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n, int64_t hv,
+                             T scale) {
   chunk_forward_sequence(b, d, n, hv, scale, /*output=*/false);
   const SequenceInfo& s = d.seqs[n];
   const int64_t nc = d.num_chunks(s.len);
@@ -231,13 +233,14 @@ void chunk_backward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n
   }
 }
 
-#define OPENKDA_INSTANTIATE(T)                                                                  \
-  template void bwd_dAv<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                       \
-  template void bwd_state<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T, T*);              \
-  template void bwd_wy<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                     \
-  template void bwd_intra<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                  \
-  template void bwd_gate_cumsum<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);               \
-  template void chunk_backward_sequence<T>(ChunkBuffers<T>&, const ProblemDims&, int64_t, int64_t, T);
+#define OPENKDA_INSTANTIATE(T)                                                                     \
+  template void bwd_dAv<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                           \
+  template void bwd_state<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T, T*);                  \
+  template void bwd_wy<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                         \
+  template void bwd_intra<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                      \
+  template void bwd_gate_cumsum<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                   \
+  template void chunk_backward_sequence<T>(ChunkBuffers<T>&, const ProblemDims&, int64_t, int64_t, \
+                                           T);
 OPENKDA_INSTANTIATE(float)
 OPENKDA_INSTANTIATE(double)
 #undef OPENKDA_INSTANTIATE

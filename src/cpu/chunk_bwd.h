@@ -14,15 +14,21 @@
 
 namespace openkda::cpu {
 
-template <class T> void bwd_dAv(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
-template <class T> void bwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale, T* dS);
-template <class T> void bwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
-template <class T> void bwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
-template <class T> void bwd_gate_cumsum(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
+template <class T>
+void bwd_dAv(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
+template <class T>
+void bwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale, T* dS);
+template <class T>
+void bwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
+template <class T>
+void bwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
+template <class T>
+void bwd_gate_cumsum(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
 
 // Recompute + B1..B4 + B6 for sequence n, value head hv. Leaves per-value-head dq/dk, dG (= dL/dg
 // per token), dv, dbeta in b, and dh0 in b.dh0.
 template <class T>
-void chunk_backward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n, int64_t hv, T scale);
+void chunk_backward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n, int64_t hv,
+                             T scale);
 
 }  // namespace openkda::cpu

@@ -55,7 +55,8 @@ ChunkBuffers<T> plan_chunk_buffers(const ProblemDims& d, bool backward, Workspac
 }
 
 template <class T>
-void load_state_tile(const TensorRef& src, int64_t offset, int64_t K, int64_t V, bool v_first, T* dst) {
+void load_state_tile(const TensorRef& src, int64_t offset, int64_t K, int64_t V, bool v_first,
+                     T* dst) {
   if (!v_first) {
     load_array(src, offset, K * V, dst);
     return;
@@ -67,7 +68,8 @@ void load_state_tile(const TensorRef& src, int64_t offset, int64_t K, int64_t V,
 }
 
 template <class T>
-void store_state_tile(const T* src, int64_t K, int64_t V, bool v_first, const TensorRef& dst, int64_t offset) {
+void store_state_tile(const T* src, int64_t K, int64_t V, bool v_first, const TensorRef& dst,
+                      int64_t offset) {
   if (!v_first) {
     store_array(src, K * V, dst, offset);
     return;
@@ -85,14 +87,17 @@ void load_states(const TensorRef& src, int64_t n, const ProblemDims& d, bool v_f
     std::fill(dst, dst + n * d.HV * KV, T(0));
     return;
   }
-  for (int64_t s = 0; s < n * d.HV; ++s) load_state_tile(src, s * KV, d.K, d.V, v_first, dst + s * KV);
+  for (int64_t s = 0; s < n * d.HV; ++s)
+    load_state_tile(src, s * KV, d.K, d.V, v_first, dst + s * KV);
 }
 
 template <class T>
-void store_states(const T* src, int64_t n, const ProblemDims& d, bool v_first, const TensorRef& dst) {
+void store_states(const T* src, int64_t n, const ProblemDims& d, bool v_first,
+                  const TensorRef& dst) {
   if (!dst.defined()) return;
   const int64_t KV = d.K * d.V;
-  for (int64_t s = 0; s < n * d.HV; ++s) store_state_tile(src + s * KV, d.K, d.V, v_first, dst, s * KV);
+  for (int64_t s = 0; s < n * d.HV; ++s)
+    store_state_tile(src + s * KV, d.K, d.V, v_first, dst, s * KV);
 }
 
 template <class T>
@@ -130,7 +135,8 @@ void prepare_inputs(const ChunkProblem& p, const ProblemDims& d, ChunkBuffers<T>
     load_array(p.beta, t * HV, HV, b.beta + t * HV);
     if (b.beta_raw) std::memcpy(b.beta_raw + t * HV, b.beta + t * HV, sizeof(T) * HV);
     if (p.use_beta_sigmoid_in_kernel)
-      for (int64_t hv = 0; hv < HV; ++hv) b.beta[t * HV + hv] = beta_scale * sigmoid(b.beta[t * HV + hv]);
+      for (int64_t hv = 0; hv < HV; ++hv)
+        b.beta[t * HV + hv] = beta_scale * sigmoid(b.beta[t * HV + hv]);
     double* gr = b.G + t * HV * K;
     load_array(p.g, t * HV * K, HV * K, gr);
     if (b.g_raw) load_array(p.g, t * HV * K, HV * K, b.g_raw + t * HV * K);
@@ -203,14 +209,14 @@ void finish_backward(const ChunkBwdArgs& a, const ProblemDims& d, ChunkBuffers<T
   if (a.dh0.defined()) store_states(b.dh0, d.N, d, a.state_v_first, a.dh0);
 }
 
-#define OPENKDA_INSTANTIATE(T)                                                                   \
-  template ChunkBuffers<T> plan_chunk_buffers<T>(const ProblemDims&, bool, WorkspacePlan&);     \
-  template void prepare_inputs<T>(const ChunkProblem&, const ProblemDims&, ChunkBuffers<T>&,    \
-                                  const TensorRef*, const TensorRef*, int);                     \
-  template GateParams<T> gate_params<T>(const ChunkProblem&, const ChunkBuffers<T>&);            \
-  template void store_states<T>(const T*, int64_t, const ProblemDims&, bool, const TensorRef&); \
-  template void load_states<T>(const TensorRef&, int64_t, const ProblemDims&, bool, T*);        \
-  template void load_state_tile<T>(const TensorRef&, int64_t, int64_t, int64_t, bool, T*);      \
+#define OPENKDA_INSTANTIATE(T)                                                                    \
+  template ChunkBuffers<T> plan_chunk_buffers<T>(const ProblemDims&, bool, WorkspacePlan&);       \
+  template void prepare_inputs<T>(const ChunkProblem&, const ProblemDims&, ChunkBuffers<T>&,      \
+                                  const TensorRef*, const TensorRef*, int);                       \
+  template GateParams<T> gate_params<T>(const ChunkProblem&, const ChunkBuffers<T>&);             \
+  template void store_states<T>(const T*, int64_t, const ProblemDims&, bool, const TensorRef&);   \
+  template void load_states<T>(const TensorRef&, int64_t, const ProblemDims&, bool, T*);          \
+  template void load_state_tile<T>(const TensorRef&, int64_t, int64_t, int64_t, bool, T*);        \
   template void store_state_tile<T>(const T*, int64_t, int64_t, bool, const TensorRef&, int64_t); \
   template void finish_backward<T>(const ChunkBwdArgs&, const ProblemDims&, ChunkBuffers<T>&, int);
 OPENKDA_INSTANTIATE(float)

@@ -84,13 +84,16 @@ GateParams<T> gate_params(const ChunkProblem& p, const ChunkBuffers<T>& b);
 
 // One [K, V] state tile at element `offset` of a state tensor, in its layout ([V, K] if v_first).
 template <class T>
-void load_state_tile(const TensorRef& src, int64_t offset, int64_t K, int64_t V, bool v_first, T* dst);
+void load_state_tile(const TensorRef& src, int64_t offset, int64_t K, int64_t V, bool v_first,
+                     T* dst);
 template <class T>
-void store_state_tile(const T* src, int64_t K, int64_t V, bool v_first, const TensorRef& dst, int64_t offset);
+void store_state_tile(const T* src, int64_t K, int64_t V, bool v_first, const TensorRef& dst,
+                      int64_t offset);
 
 // Writes a [n, HV, K, V] state (internal layout) into dst, transposing for state_v_first.
 template <class T>
-void store_states(const T* src, int64_t n, const ProblemDims& d, bool v_first, const TensorRef& dst);
+void store_states(const T* src, int64_t n, const ProblemDims& d, bool v_first,
+                  const TensorRef& dst);
 template <class T>
 void load_states(const TensorRef& src, int64_t n, const ProblemDims& d, bool v_first, T* dst);
 

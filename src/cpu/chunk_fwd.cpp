@@ -174,13 +174,13 @@ void chunk_forward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n,
   }
 }
 
-#define OPENKDA_INSTANTIATE(T)                                                                   \
-  template void fwd_gate_cumsum<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                \
-  template void fwd_intra<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                   \
-  template void fwd_inverse<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                    \
-  template void fwd_wy<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                         \
-  template void fwd_state<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T*);                  \
-  template void fwd_output<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                  \
+#define OPENKDA_INSTANTIATE(T)                                                                    \
+  template void fwd_gate_cumsum<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                  \
+  template void fwd_intra<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                     \
+  template void fwd_inverse<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                      \
+  template void fwd_wy<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                           \
+  template void fwd_state<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T*);                    \
+  template void fwd_output<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                    \
   template void chunk_forward_sequence<T>(ChunkBuffers<T>&, const ProblemDims&, int64_t, int64_t, \
                                           T, bool);
 OPENKDA_INSTANTIATE(float)

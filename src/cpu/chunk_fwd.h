@@ -19,12 +19,18 @@ struct ChunkSpan {
   int64_t idx = 0;  // flattened chunk index into h / dh
 };
 
-template <class T> void fwd_gate_cumsum(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
-template <class T> void fwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
-template <class T> void fwd_inverse(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
-template <class T> void fwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
-template <class T> void fwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* S);
-template <class T> void fwd_output(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
+template <class T>
+void fwd_gate_cumsum(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
+template <class T>
+void fwd_intra(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
+template <class T>
+void fwd_inverse(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
+template <class T>
+void fwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv);
+template <class T>
+void fwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* S);
+template <class T>
+void fwd_output(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
 
 // All stages for sequence n and value head hv; final state into b.ht, o into b.o when `output`.
 template <class T>

@@ -53,7 +53,8 @@ void gate_fwd_cpu(const GateFwdArgs& a) {
 void gate_bwd_cpu(const GateBwdArgs& a) {
   const GateSetup s = setup(a.g, a.A_log, a.dt_bias, a.lower_bound);
   const int64_t row = s.HV * s.K;
-  std::vector<double> dx_all(static_cast<size_t>(s.rows * row)), dA_all(static_cast<size_t>(s.rows * s.HV));
+  std::vector<double> dx_all(static_cast<size_t>(s.rows * row)),
+      dA_all(static_cast<size_t>(s.rows * s.HV));
   parallel_for(s.rows, a.num_threads, [&](int64_t r) {
     std::vector<double> g(static_cast<size_t>(row)), dy(static_cast<size_t>(row));
     load_array(a.g, r * row, row, g.data());

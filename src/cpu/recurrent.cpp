@@ -42,7 +42,8 @@ void reference_forward_sequence(ChunkBuffers<double>& b, const ProblemDims& d, i
   std::vector<double> qs(static_cast<size_t>(K));
   for (int64_t i = 0; i < s.len; ++i) {
     if (i % d.BT == 0)
-      std::memcpy(b.h + ((s.chunk_offset + i / d.BT) * d.HV + hv) * K * V, S, sizeof(double) * K * V);
+      std::memcpy(b.h + ((s.chunk_offset + i / d.BT) * d.HV + hv) * K * V, S,
+                  sizeof(double) * K * V);
     const int64_t t = s.bos + i;
     const double* q = b.q_row(b.q, t, hv);
     for (int64_t x = 0; x < K; ++x) qs[x] = scale * q[x];
@@ -143,7 +144,8 @@ void recurrent_fwd_cpu(const RecurrentFwdArgs& a) {
   gp.in_kernel = a.use_gate_in_kernel;
   gp.lower_bound = a.lower_bound;
   gp.softplus_without_A = true;  // FLA's fused_recurrent_kda: A_log undefined -> exp(A) = e
-  if (a.use_gate_in_kernel && a.A_log.defined()) load_array(a.A_log, 0, HV, A_log.data()), gp.A_log = A_log.data();
+  if (a.use_gate_in_kernel && a.A_log.defined())
+    load_array(a.A_log, 0, HV, A_log.data()), gp.A_log = A_log.data();
   if (a.use_gate_in_kernel && a.dt_bias.defined())
     load_array(a.dt_bias, 0, HV * K, dt_bias.data()), gp.dt_bias = dt_bias.data();
   const T beta_scale = a.allow_neg_eigval ? T(2) : T(1);
@@ -152,13 +154,15 @@ void recurrent_fwd_cpu(const RecurrentFwdArgs& a) {
   parallel_for(d.N * HV, a.num_threads, [&](int64_t task) {
     const int64_t n = task / HV, hv = task % HV, h = hv / G;
     const SequenceInfo& s = d.seqs[n];
-    if (pool && s.len == 0) return;  // continuous batching: an empty slot is neither read nor written
+    if (pool && s.len == 0)
+      return;  // continuous batching: an empty slot is neither read nor written
     std::vector<T> S(static_cast<size_t>(KV), T(0)), q(K), k(K), v(V), g(K), beta(V), o(V);
     auto slot = [&](int64_t col) { return load_index(a.ssm_state_indices, n * idx_cols + col); };
     if (a.initial_state.defined()) {
-      const int64_t src = pool ? slot(a.num_accepted_tokens.defined()
-                                          ? load_index(a.num_accepted_tokens, n) - 1 : 0)
-                               : n;
+      const int64_t src =
+          pool
+              ? slot(a.num_accepted_tokens.defined() ? load_index(a.num_accepted_tokens, n) - 1 : 0)
+              : n;
       load_state_tile(a.initial_state, (src * HV + hv) * KV, K, V, a.state_v_first, S.data());
     }
     for (int64_t i = 0; i < s.len; ++i) {
@@ -178,22 +182,24 @@ void recurrent_fwd_cpu(const RecurrentFwdArgs& a) {
       }
       if (a.use_beta_sigmoid_in_kernel)
         for (int64_t e = 0; e < (headwise ? V : 1); ++e) beta[e] = beta_scale * sigmoid(beta[e]);
-      recurrent_step(S.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), headwise ? 1 : 0,
-                     K, V, o.data());
+      recurrent_step(S.data(), q.data(), k.data(), v.data(), g.data(), beta.data(),
+                     headwise ? 1 : 0, K, V, o.data());
       store_array(o.data(), V, a.o, (t * HV + hv) * V);
       if (pool && ht.defined()) {  // the state after every token
         const int64_t dst = a.inplace_final_state ? slot(i) : t;
         store_state_tile(S.data(), K, V, a.state_v_first, ht, (dst * HV + hv) * KV);
       }
     }
-    if (!pool && ht.defined()) store_state_tile(S.data(), K, V, a.state_v_first, ht, (n * HV + hv) * KV);
+    if (!pool && ht.defined())
+      store_state_tile(S.data(), K, V, a.state_v_first, ht, (n * HV + hv) * KV);
   });
 }
 
 template void recurrent_step<float>(float*, const float*, const float*, const float*, const float*,
                                     const float*, int64_t, int64_t, int64_t, float*);
 template void recurrent_step<double>(double*, const double*, const double*, const double*,
-                                     const double*, const double*, int64_t, int64_t, int64_t, double*);
+                                     const double*, const double*, int64_t, int64_t, int64_t,
+                                     double*);
 template void recurrent_fwd_cpu<float>(const RecurrentFwdArgs&);
 template void recurrent_fwd_cpu<double>(const RecurrentFwdArgs&);
 

@@ -1,4 +1,5 @@
-// Per-token recurrence (spec 1.1), the ground truth of the family, and fused_recurrent_kda on the CPU.
+// Per-token recurrence (spec 1.1), the ground truth of the family, and fused_recurrent_kda on the
+// CPU.
 //   S' = diag(exp(g_t)) S;  r = v_t - S'^T k_t;  S = S' + beta_t k_t r^T;  o_t = scale * S^T q_t
 #pragma once
 

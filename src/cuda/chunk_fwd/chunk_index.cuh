@@ -5,7 +5,8 @@
 //   sequence_span(n)    tokens [bos, bos + len) of sequence n: dense (bos = n T, len = T) or
 //                       from cu_seqlens, clamped to 0 <= bos <= bos + len <= T so that a malformed
 //                       device-side cu_seqlens can never address memory out of bounds (the core
-//                       validates host-side cu_seqlens; device-side ones are the caller's contract).
+//                       validates host-side cu_seqlens; device-side ones are the caller's
+//                       contract).
 //   chunk_offsets[n]    varlen: first global chunk of sequence n, the exclusive prefix sum of
 //                       ceil(len / BT) (chunk_offsets[N] = chunks over all sequences); FLA's
 //                       prepare_chunk_offsets. Global chunk c0 + c indexes h (and gamma).
@@ -68,7 +69,10 @@ __device__ __forceinline__ bool resolve_chunk(const ChunkFwdParams& p, int64_t s
     int64_t lo = 0, hi = p.N;
     while (hi - lo > 1) {
       const int64_t mid = (lo + hi) / 2;
-      if (p.chunk_offsets[mid] <= slot) lo = mid; else hi = mid;
+      if (p.chunk_offsets[mid] <= slot)
+        lo = mid;
+      else
+        hi = mid;
     }
     cc.n = lo;
     cc.c = slot - p.chunk_offsets[lo];

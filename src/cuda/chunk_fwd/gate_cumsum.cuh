@@ -106,11 +106,12 @@ __device__ __forceinline__ void load_runs2_as(const void* base_a, const void* ba
 
 template <int kRows, int kPer>
 __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_b, DType dtype,
-                                           const int64_t (&off)[kRows],
-                                           float (&out_a)[kRows][kPer],
+                                           const int64_t (&off)[kRows], float (&out_a)[kRows][kPer],
                                            float (&out_b)[kRows][kPer]) {
   switch (dtype) {
-    case DType::kBF16: load_runs2_as<__nv_bfloat16, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
+    case DType::kBF16:
+      load_runs2_as<__nv_bfloat16, kRows, kPer>(base_a, base_b, off, out_a, out_b);
+      break;
     case DType::kF16: load_runs2_as<__half, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
     case DType::kF64: load_runs2_as<double, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
     default: load_runs2_as<float, kRows, kPer>(base_a, base_b, off, out_a, out_b); break;
@@ -131,8 +132,8 @@ __device__ __forceinline__ int64_t dtype_bytes(DType dtype) {
 // that their later loads hit L2: warp w covers rows w, w + kWarps, ...; each lane one 16-byte
 // piece of a row (pieces past the row are skipped), thread i < nv the beta of row i.
 template <class Tr>
-__device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p,
-                                                      const ChunkCoord& cc, int hv) {
+__device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
+                                                      int hv) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t g_row_bytes = int64_t{Tr::kK} * dtype_bytes(p.g_dtype);
   const int64_t v_row_bytes = int64_t{Tr::kV} * dtype_bytes(p.v_dtype);
@@ -162,7 +163,7 @@ template <class Tr>
 __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                   int hv, float* sQ, float* sK, float* sG,
                                                   float* sBeta) {
-  constexpr int kPer = Tr::kK / 32;             // columns per lane
+  constexpr int kPer = Tr::kK / 32;            // columns per lane
   constexpr int kRows = Tr::kBT / Tr::kWarps;  // rows per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = hv / p.group;
@@ -228,10 +229,10 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   }
   // beta last: its line was prefetched to L2 at the start, so this is a short round trip.
   if (static_cast<int>(threadIdx.x) < Tr::kBT) {
-    sBeta[threadIdx.x] = static_cast<int>(threadIdx.x) < cc.nv
-                             ? beta_activation(p, load_elem(p.beta, p.beta_dtype,
-                                                            (cc.t0 + threadIdx.x) * p.HV + hv))
-                             : 0.0f;
+    sBeta[threadIdx.x] =
+        static_cast<int>(threadIdx.x) < cc.nv
+            ? beta_activation(p, load_elem(p.beta, p.beta_dtype, (cc.t0 + threadIdx.x) * p.HV + hv))
+            : 0.0f;
   }
 }
 

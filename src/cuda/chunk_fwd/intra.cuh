@@ -89,8 +89,8 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv
 // its row block, except the diagonal one when exact_diag (intra_exact_diag owns it).
 template <class Tr>
 __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, const float* sQ,
-                                               const float* sK, const float* sG,
-                                               const float* sBeta, float* sA, float* gAqk) {
+                                               const float* sK, const float* sG, const float* sBeta,
+                                               float* sA, float* gAqk) {
   constexpr int kNB = Tr::kNB;
   constexpr int kLd = Tr::kLdX;
   const int warp = threadIdx.x / 32;

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
   const int64_t slot = blockIdx.x;
   const int hv = static_cast<int>(blockIdx.y);
   ChunkCoord cc;
-  if (!resolve_chunk(p, slot, cc)) return;  // past the last chunk (varlen grid bound)
+  if (!resolve_chunk(p, slot, cc)) return;              // past the last chunk (varlen grid bound)
   const int64_t row0 = int64_t{hv} * p.tokens + cc.t0;  // workspace row of chunk row 0
   float* gAqk = p.aqk + row0 * kBT;
 
@@ -195,15 +195,15 @@ cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
 
 }  // namespace openkda::cuda::chunk_forward
 
-#define OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(K, V, BT)                                      \
-  template cudaError_t openkda::cuda::chunk_forward::launch_prep<K, V, BT>(                   \
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(K, V, BT)                        \
+  template cudaError_t openkda::cuda::chunk_forward::launch_prep<K, V, BT>( \
       const openkda::cuda::chunk_forward::ChunkFwdParams&, cudaStream_t)
 
-#define OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(K, BT)                                         \
-  template cudaError_t openkda::cuda::chunk_forward::launch_scan<K, BT>(                      \
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(K, BT)                        \
+  template cudaError_t openkda::cuda::chunk_forward::launch_scan<K, BT>( \
       const openkda::cuda::chunk_forward::ChunkFwdParams&, cudaStream_t)
 
-#define OPENKDA_INSTANTIATE_CHUNK_FWD_INDEX()                                              \
-  template cudaError_t openkda::cuda::chunk_forward::launch_chunk_index<                      \
-      openkda::cuda::chunk_forward::kIndexThreads>(const openkda::cuda::chunk_forward::ChunkFwdParams&, \
-                                               cudaStream_t)
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_INDEX()                                                    \
+  template cudaError_t                                                                           \
+  openkda::cuda::chunk_forward::launch_chunk_index<openkda::cuda::chunk_forward::kIndexThreads>( \
+      const openkda::cuda::chunk_forward::ChunkFwdParams&, cudaStream_t)

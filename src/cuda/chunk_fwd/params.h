@@ -33,9 +33,10 @@ namespace openkda::cuda::chunk_forward {
 
 // Per-token log-decay g_t (natural log) computed from the g tensor (spec 3.1).
 enum class GateMode : int32_t {
-  kPre = 0,         // g as passed
-  kSoftplus = 1,    // -exp(A_log[hv]) * softplus(g + dt_bias)
-  kLowerBound = 2,  // lower_bound * sigmoid(exp(A_log[hv]) * (g + dt_bias)); exp(A_log) -> 1 if null
+  kPre = 0,       // g as passed
+  kSoftplus = 1,  // -exp(A_log[hv]) * softplus(g + dt_bias)
+  kLowerBound =
+      2,  // lower_bound * sigmoid(exp(A_log[hv]) * (g + dt_bias)); exp(A_log) -> 1 if null
 };
 
 struct ChunkFwdParams {

@@ -51,10 +51,11 @@ __device__ __forceinline__ void load_state(const void* src, DType dtype, int64_t
   for (int nt = 0; nt < kK / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nt][e] = src == nullptr ? 0.0f
-                                : load_elem(src, dtype,
-                                            state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2,
-                                                        vcol + 8 * (e / 2)));
+      s[nt][e] = src == nullptr
+                     ? 0.0f
+                     : load_elem(src, dtype,
+                                 state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2,
+                                             vcol + 8 * (e / 2)));
     }
   }
 }
@@ -98,8 +99,8 @@ __device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, in
 }
 
 template <class Tr>
-__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, int64_t t0,
-                                               int nv, int64_t slot, int v0, float* smem) {
+__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
+                                               int64_t slot, int v0, float* smem) {
   constexpr int kK = Tr::kK, kBT = Tr::kBT;
   const int64_t row0 = int64_t{hv} * p.tokens + t0;
   const float* gKg = p.kg + row0 * kK;
@@ -141,8 +142,8 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, 
 // the chunk visible (the kernel's pipeline: it refills sW / sQg with the next chunk there).
 template <class Tr, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                          int v0, const float* smem,
-                                          float (&s)[Tr::kK / 8][4], Mid&& mid) {
+                                          int v0, const float* smem, float (&s)[Tr::kK / 8][4],
+                                          Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
   const float* sW = smem + Tr::kOffW;
@@ -167,8 +168,10 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
     a_from_acc(s[kk], a);
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn) {
-      const float2 bw = *reinterpret_cast<const float2*>(sW + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
-      const float2 bq = *reinterpret_cast<const float2*>(sQg + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
+      const float2 bw =
+          *reinterpret_cast<const float2*>(sW + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
+      const float2 bq =
+          *reinterpret_cast<const float2*>(sQg + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
       mma_tf32(x[nn], a, to_tf32(bw.x), to_tf32(bw.y));
       mma_tf32(o[nn], a, to_tf32(bq.x), to_tf32(bq.y));
     }
@@ -196,7 +199,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn) {
       if (nn >= kk) {
-        const float2 ba = *reinterpret_cast<const float2*>(sA + (8 * nn + g) * Tr::kLdA + 8 * kk + 2 * t);
+        const float2 ba =
+            *reinterpret_cast<const float2*>(sA + (8 * nn + g) * Tr::kLdA + 8 * kk + 2 * t);
         mma_tf32(o[nn], va[kk], to_tf32(ba.x), to_tf32(ba.y));
       }
     }

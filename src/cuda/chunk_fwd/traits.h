@@ -22,10 +22,12 @@
 
 namespace openkda::cuda::chunk_forward {
 
-constexpr int kSubChunk = 16;       // rows of the sub-chunk blocks of A_qk / A_kk
+constexpr int kSubChunk = 16;                // rows of the sub-chunk blocks of A_qk / A_kk
 constexpr int kMaxDynamicSmem = 227 * 1024;  // per block on H100 / H200
 
-constexpr int cmax(int a, int b) { return a > b ? a : b; }
+constexpr int cmax(int a, int b) {
+  return a > b ? a : b;
+}
 
 template <int kK_, int kV_, int kBT_>
 struct PrepTraits {
@@ -60,8 +62,7 @@ struct PrepTraits {
   static constexpr int kOffA = kOffG + kBT * kLdX;
   static constexpr int kOffBeta = kOffA + kBT * kLdA;
   static constexpr int kOffScr = kOffBeta + kBT;
-  static constexpr int kScratch =
-      cmax((kNB - 1) * kSubChunk * kSubChunk, kCumParts * kK);
+  static constexpr int kScratch = cmax((kNB - 1) * kSubChunk * kSubChunk, kCumParts* kK);
   static constexpr int kSmemFloats = kOffScr + kScratch;
   static constexpr size_t kSmemBytes = sizeof(float) * kSmemFloats;
 

@@ -50,8 +50,8 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
     const float b = sBeta[i];
     const float e0 = exp2f(g4.x), e1 = exp2f(g4.y), e2 = exp2f(g4.z), e3 = exp2f(g4.w);
     if (i < cc.nv) {
-      const float4 qg = make_float4(p.scale * q4.x * e0, p.scale * q4.y * e1,
-                                    p.scale * q4.z * e2, p.scale * q4.w * e3);
+      const float4 qg = make_float4(p.scale * q4.x * e0, p.scale * q4.y * e1, p.scale * q4.z * e2,
+                                    p.scale * q4.w * e3);
       const float4 kg = make_float4(k4.x * exp2f(l4.x - g4.x), k4.y * exp2f(l4.y - g4.y),
                                     k4.z * exp2f(l4.z - g4.z), k4.w * exp2f(l4.w - g4.w));
       *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) = qg;

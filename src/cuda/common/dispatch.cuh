@@ -19,7 +19,9 @@
 namespace openkda::cuda {
 
 // The dtype's name in messages ("bf16", "f32", ...).
-inline const char* dtype_label(DType dtype) { return dtype_name(dtype); }
+inline const char* dtype_label(DType dtype) {
+  return dtype_name(dtype);
+}
 
 template <typename T>
 struct TypeTag {

@@ -226,8 +226,7 @@ Status recurrent_fwd(const RecurrentFwdArgs& args, Stream stream) {
   }
   const LaunchFn launch =
       pick_kernel(args.q.shape[3], args.v.shape[3], args.state_v_first, run_elems(args));
-  return cuda_status(launch(p, st), kOp,
-                     "launch of openkda_fwd_recurrent_kernel");
+  return cuda_status(launch(p, st), kOp, "launch of openkda_fwd_recurrent_kernel");
 }
 
 }  // namespace openkda::cuda

@@ -47,8 +47,7 @@ struct PersistentLayout {
 };
 
 __device__ __forceinline__ void cp_async_16B(uint32_t smem_addr, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr), "l"(gmem)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr), "l"(gmem) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() {
@@ -154,8 +153,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 #pragma unroll
   for (int s = 0; s < L::kStages; ++s) {
     const uint32_t item = first + s * stride;
-    if (item < num_items &&
-        prefetch_item_state<Tr>(p, item, stages_addr + s * L::kStageBytes, tid))
+    if (item < num_items && prefetch_item_state<Tr>(p, item, stages_addr + s * L::kStageBytes, tid))
       has_state |= 1u << s;
     cp_async_commit();
   }
@@ -251,9 +249,9 @@ cudaError_t launch_recurrent_persistent(const RecurrentParams& p, int grid, cuda
 }  // namespace openkda::cuda::recurrent
 
 // Explicit instantiation of the persistent launcher pair for one compiled f32 configuration.
-#define OPENKDA_INSTANTIATE_RECURRENT_PERSISTENT(K, V, V_FIRST)                                 \
-  template cudaError_t openkda::cuda::recurrent::recurrent_persistent_ctas_per_sm<              \
-      openkda::cuda::recurrent::RecurrentTraits<K, V, V_FIRST, 4>>(int*);                       \
-  template cudaError_t openkda::cuda::recurrent::launch_recurrent_persistent<                   \
-      openkda::cuda::recurrent::RecurrentTraits<K, V, V_FIRST, 4>>(                             \
+#define OPENKDA_INSTANTIATE_RECURRENT_PERSISTENT(K, V, V_FIRST)                    \
+  template cudaError_t openkda::cuda::recurrent::recurrent_persistent_ctas_per_sm< \
+      openkda::cuda::recurrent::RecurrentTraits<K, V, V_FIRST, 4>>(int*);          \
+  template cudaError_t openkda::cuda::recurrent::launch_recurrent_persistent<      \
+      openkda::cuda::recurrent::RecurrentTraits<K, V, V_FIRST, 4>>(                \
       const openkda::cuda::recurrent::RecurrentParams&, int, cudaStream_t)

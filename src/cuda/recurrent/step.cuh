@@ -416,10 +416,9 @@ __device__ __forceinline__ void token_update(const RecurrentParams& p, StateTile
 // token 0's inputs into row / col.
 template <class Tr>
 __device__ __forceinline__ void run_tokens(const RecurrentParams& p, StateTile<Tr>& S,
-                                           TokenSmem<Tr>& smem, RowInputs row,
-                                           ColumnInputs<Tr> col, float bias, float a_coef,
-                                           int64_t bos, int64_t len, int n, int h, int hv,
-                                           int tid) {
+                                           TokenSmem<Tr>& smem, RowInputs row, ColumnInputs<Tr> col,
+                                           float bias, float a_coef, int64_t bos, int64_t len,
+                                           int n, int h, int hv, int tid) {
   for (int64_t t = 0; t < len; ++t) {
     const int buf = static_cast<int>(t & 1);
     // Prefetch token t + 1 (its latency overlaps this token's update).
