@@ -31,6 +31,7 @@
 #include "cuda/chunk_fwd/state.cuh"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/chunk_fwd/wy.cuh"
+#include "cuda/common/device.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
@@ -172,8 +173,7 @@ template <int kK, int kV, int kBT>
 cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
   using Tr = PrepTraits<kK, kV, kBT>;
   const auto kernel = openkda_fwd_prep_kernel<kK, kV, kBT>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(Tr::kSmemBytes));
+  const cudaError_t err = set_max_dynamic_smem_once<Tr>(kernel, static_cast<int>(Tr::kSmemBytes));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(p.slots), static_cast<unsigned>(p.HV));
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
@@ -184,8 +184,8 @@ template <int kK, int kBT>
 cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
   using Tr = ScanTraits<kK, kBT>;
   const auto kernel = openkda_fwd_scan_kernel<kK, kBT>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(Tr::smem_bytes(Tr::kMaxWarps * 16)));
+  const cudaError_t err =
+      set_max_dynamic_smem_once<Tr>(kernel, static_cast<int>(Tr::smem_bytes(Tr::kMaxWarps * 16)));
   if (err != cudaSuccess) return err;
   const int64_t ctas = p.N * p.HV * p.vsplit;
   const int threads = 32 * (p.vs / Tr::kWarpRows);

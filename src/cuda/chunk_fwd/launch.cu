@@ -14,6 +14,7 @@
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.cuh"
 #include "cuda/common/dispatch.cuh"
 
 namespace openkda::cuda {
@@ -103,11 +104,9 @@ Status check_aligned(const TensorRef& t, const char* name) {
                        "-byte aligned tensor on CUDA");
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      sms <= 0) {
+int device_sms() {
+  int sms = 0;
+  if (sm_count(&sms) != cudaSuccess || sms <= 0) {
     cudaGetLastError();  // clear the error a failed query leaves behind
     return 132;
   }
@@ -272,7 +271,7 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
                                    std::to_string(L.bytes) + " bytes");
   }
   if (d.N == 0) return Status::Ok();  // no sequence: nothing to write
-  const ChunkFwdParams p = make_params(a, d, L, ws, sm_count());
+  const ChunkFwdParams p = make_params(a, d, L, ws, device_sms());
   const auto s = static_cast<cudaStream_t>(stream);
 
   if (d.varlen) {

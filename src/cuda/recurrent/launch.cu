@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.cuh"
 #include "cuda/common/dispatch.cuh"
 #include "cuda/recurrent/launch_recurrent.h"
 #include "cuda/recurrent/params.h"
@@ -209,10 +210,8 @@ Status recurrent_fwd(const RecurrentFwdArgs& args, Stream stream) {
     const PersistentKernel pk = args.state_v_first
                                     ? pick_persistent_dims<true>(args.q.shape[3], args.v.shape[3])
                                     : pick_persistent_dims<false>(args.q.shape[3], args.v.shape[3]);
-    int device = 0, sms = 0, per_sm = 0;
-    OPENKDA_CUDA_RETURN_IF_ERROR(kOp, cudaGetDevice(&device));
-    OPENKDA_CUDA_RETURN_IF_ERROR(
-        kOp, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int sms = 0, per_sm = 0;
+    OPENKDA_CUDA_RETURN_IF_ERROR(kOp, sm_count(&sms));
     OPENKDA_CUDA_RETURN_IF_ERROR(kOp, pk.ctas_per_sm(&per_sm));
     const int64_t resident = static_cast<int64_t>(sms) * per_sm;
     if (resident > 0 && items > resident) {

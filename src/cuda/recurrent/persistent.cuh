@@ -33,6 +33,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/device.cuh"
 #include "cuda/recurrent/step.cuh"
 
 namespace openkda::cuda::recurrent {
@@ -220,18 +221,24 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 }
 
 // CTAs of the persistent kernel that fit on one SM at once (0: it does not fit), after raising
-// its dynamic shared-memory limit. Host-only runtime calls (no stream work): capturable.
+// its dynamic shared-memory limit; cached per device after the first positive answer.
+// Host-only runtime calls (no stream work): capturable.
 template <class Tr>
 cudaError_t recurrent_persistent_ctas_per_sm(int* ctas) {
-  const auto kernel = &openkda_fwd_recurrent_persistent_kernel<Tr>;
-  constexpr int kSmem = PersistentLayout<Tr>::kSmemBytes;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+  return cached_per_device<PersistentLayout<Tr>>(device, ctas, [](int* out) {
+    const auto kernel = &openkda_fwd_recurrent_persistent_kernel<Tr>;
+    constexpr int kSmem = PersistentLayout<Tr>::kSmemBytes;
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (e != cudaSuccess) return e;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared);
-  if (err != cudaSuccess) return err;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas, kernel, Tr::kThreads, kSmem);
+    if (e != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(out, kernel, Tr::kThreads, kSmem);
+  });
 }
 
 // Enqueues the persistent kernel on `grid` CTAs (1 <= grid; launch.cu: SMs x ctas per SM, at
