@@ -184,7 +184,8 @@ def git_commit() -> str:
         return subprocess.check_output(["git", "-C", root, "rev-parse", "--short", "HEAD"],
                                        stderr=subprocess.DEVNULL, text=True).strip()
     except Exception:
-        return "unknown"
+        # gpu_check.sh exports OPENKDA_COMMIT for machines where .git did not travel.
+        return os.environ.get("OPENKDA_COMMIT", "unknown")
 
 
 def run(args) -> tuple:

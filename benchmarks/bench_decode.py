@@ -201,9 +201,11 @@ def run_info() -> dict:
     try:
         info["commit"] = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__)), check=False).stdout.strip() or "unknown"
+            cwd=os.path.dirname(os.path.abspath(__file__)), check=False).stdout.strip()
     except OSError:
-        info["commit"] = "unknown"
+        info["commit"] = ""
+    # gpu_check.sh exports OPENKDA_COMMIT for machines where .git did not travel.
+    info["commit"] = info["commit"] or os.environ.get("OPENKDA_COMMIT", "unknown")
     try:
         info["driver"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

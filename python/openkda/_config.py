@@ -55,13 +55,18 @@ def state_dtype(device: torch.device, precision: str) -> torch.dtype:
     return torch.float64 if (precision == "f64" and device.type == "cpu") else torch.float32
 
 
+_NO_WORKSPACE = frozenset({"recurrent_fwd", "gate_fwd"})
+
+
 def run_core(op: str, device: torch.device, tensors: dict, options: dict) -> None:
     """Validates, allocates the workspace and runs one core op on the current stream.
 
     ``tensors`` maps the core's Args field names to tensors (or None); every tensor must be
     contiguous and must not require grad (DLPack cannot export those).
     """
-    nbytes = getattr(_C, op + "_workspace_bytes")(tensors, options)
+    # The core's workspace_bytes is 0 for these ops on every device: skip one binding round trip
+    # (and one validation) per decode step.
+    nbytes = 0 if op in _NO_WORKSPACE else getattr(_C, op + "_workspace_bytes")(tensors, options)
     workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
     if device.type == "cuda":
         with torch.cuda.device(device):

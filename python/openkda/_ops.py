@@ -43,6 +43,16 @@ def _state_shape(n: int, hv: int, k: int, v: int, v_first: bool) -> tuple:
     return (n, hv, v, k) if v_first else (n, hv, k, v)
 
 
+def _resolve_scale(op: str, scale, K: int) -> float:
+    """``scale`` as a float (default ``K ** -0.5``), or a ValueError that names it."""
+    if scale is None:
+        return K ** -0.5
+    try:
+        return float(scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"{op}: scale = {scale!r}; expected a float or None") from None
+
+
 def _num_seqs(q: Tensor, cu_seqlens: Optional[Tensor]) -> int:
     return q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
 
@@ -182,12 +192,18 @@ def _chunk_bwd(
     return grads
 
 
+def _param_grads(like, A_log, dt_bias):
+    """dA_log (A_log's shape and dtype) and ddt_bias (flat [HV * K]); empty when not given."""
+    dA_log = torch.empty_like(A_log, memory_format=torch.contiguous_format) \
+        if A_log is not None else _empty(like, torch.float32)
+    ddt_bias = dt_bias.new_empty(dt_bias.numel()) if dt_bias is not None \
+        else _empty(like, torch.float32)
+    return dA_log, ddt_bias
+
+
 def _chunk_bwd_alloc(q, k, v, g, beta, A_log, dt_bias, initial_state, opts):
     sdt = state_dtype(q.device, opts["precision"])
-    dA_log = torch.empty_like(A_log, memory_format=torch.contiguous_format) \
-        if A_log is not None else _empty(q, torch.float32)
-    ddt_bias = dt_bias.new_empty(dt_bias.numel()) if dt_bias is not None \
-        else _empty(q, torch.float32)
+    dA_log, ddt_bias = _param_grads(q, A_log, dt_bias)
     dh0 = initial_state.new_empty(initial_state.shape, dtype=sdt) if initial_state is not None \
         else _empty(q, sdt)
     return (
@@ -347,10 +363,7 @@ def gate_bwd(
 
 
 def _gate_bwd_alloc(g, A_log, dt_bias):
-    dA_log = torch.empty_like(A_log, memory_format=torch.contiguous_format) \
-        if A_log is not None else _empty(g, torch.float32)
-    ddt_bias = dt_bias.new_empty(dt_bias.numel()) if dt_bias is not None \
-        else _empty(g, torch.float32)
+    dA_log, ddt_bias = _param_grads(g, A_log, dt_bias)
     return g.new_empty(g.shape), dA_log, ddt_bias
 
 

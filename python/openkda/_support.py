@@ -23,7 +23,8 @@ def _probe_key(a: dict, kw: dict) -> tuple:
         "use_qk_l2norm_in_kernel", "use_gate_in_kernel", "use_beta_sigmoid_in_kernel",
         "allow_neg_eigval", "safe_gate", "lower_bound", "state_v_first", "output_final_state"))
     tensors = tuple(desc(a[n]) for n in ("q", "k", "v", "g", "beta", "initial_state"))
-    params = tuple(desc(kw.get(n)) for n in ("A_log", "dt_bias"))
+    params = tuple(None if kw.get(n) is None else (kw[n].dtype, kw[n].device, tuple(kw[n].shape))
+                   for n in ("A_log", "dt_bias"))
     return flags + tensors + params + (kw.get("chunk_size", 64), torch.is_grad_enabled())
 
 
@@ -60,7 +61,9 @@ def _probe(a: dict, kw: dict) -> None:
 def supports(**kwargs) -> tuple[bool, str]:
     """Whether ``chunk_kda(**kwargs)`` can run with OpenKDA on the tensors' device.
 
-    Takes chunk_kda's arguments by keyword (``q=..., k=..., ..., A_log=...``). Returns
+    Like FLA's backend verifiers it judges the configuration (flags, dtypes, devices, H, HV, K,
+    V, A_log / dt_bias sizes), not the consistency of B, T and N across tensors, which the call
+    itself validates. Takes chunk_kda's arguments by keyword (``q=..., k=..., ..., A_log=...``). Returns
     ``(True, "")`` or ``(False, reason)``, where reason is the error chunk_kda would raise
     (ValueError for invalid arguments, NotImplementedError for a configuration this build or
     device cannot run, e.g. a CUDA op without a kernel yet). Runs FLA's argument checks, then a
@@ -75,26 +78,13 @@ def supports(**kwargs) -> tuple[bool, str]:
     a = dict(bound.arguments)
     kw = dict(a.pop("kwargs", {}))
     try:
-        from .chunk import _check_varlen, _deprecated_state_layout
+        from .chunk import _check_fla_args, _deprecated_state_layout
         a["state_v_first"] = _deprecated_state_layout(kw, a["state_v_first"])
-        if a["cp_context"] is not None:
-            raise NotImplementedError("chunk_kda: cp_context: context parallel is not supported "
-                                      "by OpenKDA yet; expected cp_context=None")
         if a["return_intermediate_states"] and a["disable_recompute"]:
             return False, "return_intermediate_states must be used with disable_recompute=False"
-        _check_varlen(a["q"], a["initial_state"], a["cu_seqlens"])
-        if a["use_gate_in_kernel"] and kw.get("A_log") is None and a["lower_bound"] is None:
-            raise ValueError("`A_log` must be provided when `use_gate_in_kernel=True` and "
-                             "`lower_bound` is not set.")
-        if kw.get("chunk_size", 64) not in (32, 64):
-            raise ValueError(f"`chunk_size` must be either 32 or 64 for KDA, got "
-                             f"{kw.get('chunk_size')}.")
-        if a["safe_gate"] and a["use_gate_in_kernel"]:
-            lb = a["lower_bound"]
-            if lb is None or not (-5 <= lb < 0):
-                raise ValueError(f"`lower_bound` must be in the safe range [-5, 0), got {lb}.")
-        if a["allow_neg_eigval"] and not a["use_beta_sigmoid_in_kernel"]:
-            raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
+        _check_fla_args(a["q"], a["initial_state"], a["cu_seqlens"], a["cp_context"], kw,
+                        a["use_gate_in_kernel"], a["lower_bound"], a["safe_gate"],
+                        a["allow_neg_eigval"], a["use_beta_sigmoid_in_kernel"])
         cu = a["cu_seqlens"]
         if cu is not None and (cu.dtype not in (torch.int32, torch.int64) or cu.dim() != 1
                                or cu.device != a["q"].device):

@@ -47,7 +47,33 @@ def _check_varlen(q: torch.Tensor, initial_state, cu_seqlens) -> None:
         )
 
 
-def _num_chunks(T: int, B: int, chunk_size: int, cu_seqlens, cu_seqlens_cpu) -> int:
+def _check_fla_args(q, initial_state, cu_seqlens, cp_context, kwargs, use_gate_in_kernel,
+                    lower_bound, safe_gate, allow_neg_eigval, use_beta_sigmoid_in_kernel) -> None:
+    """FLA 0.6.0's own argument checks, in its order and wording (chunk_kda and supports())."""
+    if cp_context is not None:
+        raise NotImplementedError(
+            "chunk_kda: cp_context: context parallel is not supported by OpenKDA yet; "
+            "expected cp_context=None")
+    _check_varlen(q, initial_state, cu_seqlens)
+    if use_gate_in_kernel and kwargs.get("A_log") is None and lower_bound is None:
+        raise ValueError(
+            "`A_log` must be provided when `use_gate_in_kernel=True` and `lower_bound` is "
+            "not set.")
+    chunk_size = kwargs.get("chunk_size", 64)
+    if chunk_size not in (32, 64):
+        raise ValueError(f"`chunk_size` must be either 32 or 64 for KDA, got {chunk_size}.")
+    if safe_gate and use_gate_in_kernel:
+        if lower_bound is None:
+            raise ValueError(
+                "`lower_bound` must be specified when `safe_gate=True` and "
+                "`use_gate_in_kernel=True`.")
+        if not (-5 <= lower_bound < 0):
+            raise ValueError(f"`lower_bound` must be in the safe range [-5, 0), got {lower_bound}.")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
+
+
+def _num_chunks(T: int, chunk_size: int, cu_seqlens, cu_seqlens_cpu) -> int:
     """Chunks per batch row of ``h`` (reads cu_seqlens on the host; one sync if only on device)."""
     if cu_seqlens is None:
         return (T + chunk_size - 1) // chunk_size
@@ -124,8 +150,10 @@ def chunk_kda(
         cu_seqlens_cpu: optional host copy of ``cu_seqlens`` (used to size ``h`` without a sync).
         cp_context: context parallel is not supported yet: anything but None raises
             NotImplementedError.
-        use_graph, max_num_seqs: accepted for compatibility (OpenKDA never syncs the host on
-            ``cu_seqlens`` in the GPU path, so graph capture needs no special mode).
+        use_graph, max_num_seqs: accepted for compatibility (the GPU path never syncs the host
+            on ``cu_seqlens``, so graph capture needs no special mode; the one exception is
+            sizing ``h`` for ``return_intermediate_states`` with varlen and no
+            ``cu_seqlens_cpu``, as in FLA).
         **kwargs: ``A_log``, ``dt_bias`` (read only with use_gate_in_kernel), ``chunk_size``
             (32 or 64, default 64), deprecated ``transpose_state_layout``. Other keys are ignored,
             as in FLA.
@@ -147,35 +175,12 @@ def chunk_kda(
     """
     state_v_first = _deprecated_state_layout(kwargs, state_v_first)
 
-    if cp_context is not None:
-        raise NotImplementedError(
-            "chunk_kda: cp_context: context parallel is not supported by OpenKDA yet; "
-            "expected cp_context=None")
-
-    _check_varlen(q, initial_state, cu_seqlens)
-
+    _check_fla_args(q, initial_state, cu_seqlens, cp_context, kwargs, use_gate_in_kernel,
+                    lower_bound, safe_gate, allow_neg_eigval, use_beta_sigmoid_in_kernel)
     A_log, dt_bias = None, None
     if use_gate_in_kernel:
         A_log, dt_bias = kwargs.get("A_log"), kwargs.get("dt_bias")
-        if A_log is None and lower_bound is None:
-            raise ValueError(
-                "`A_log` must be provided when `use_gate_in_kernel=True` and `lower_bound` is "
-                "not set.")
-
     chunk_size = kwargs.pop("chunk_size", 64)
-    if chunk_size not in (32, 64):
-        raise ValueError(f"`chunk_size` must be either 32 or 64 for KDA, got {chunk_size}.")
-
-    if safe_gate and use_gate_in_kernel:
-        if lower_bound is None:
-            raise ValueError(
-                "`lower_bound` must be specified when `safe_gate=True` and "
-                "`use_gate_in_kernel=True`.")
-        if not (-5 <= lower_bound < 0):
-            raise ValueError(f"`lower_bound` must be in the safe range [-5, 0), got {lower_bound}.")
-
-    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
-        raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
 
     if return_intermediate_states:
         assert torch.is_inference_mode_enabled(), \
@@ -199,15 +204,14 @@ def chunk_kda(
             "built yet; expected CPU tensors for training, or torch.no_grad() / "
             "torch.inference_mode() for the CUDA forward")
 
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
+    scale = _ops._resolve_scale("chunk_kda", scale, q.shape[-1])
     num_h_chunks = -1
     if return_intermediate_states:
-        num_h_chunks = _num_chunks(q.shape[1], q.shape[0], chunk_size, cu_seqlens, cu_seqlens_cpu)
+        num_h_chunks = _num_chunks(q.shape[1], chunk_size, cu_seqlens, cu_seqlens_cpu)
 
     o, final_state, h = _ops.chunk_fwd(
         q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
-        scale=float(scale),
+        scale=scale,
         output_final_state=bool(output_final_state),
         num_h_chunks=num_h_chunks,
         use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),

@@ -74,11 +74,10 @@ def fused_recurrent_kda_fwd(
     ``exp(A_log) = e``, as FLA's kernel does.
     """
     _ops._check_chunk_ranks("fused_recurrent_kda", q, k, v, cu_seqlens)
-    if scale is None:
-        scale = k.shape[-1] ** -0.5
-    B, T, H, K = k.shape
+    scale = _ops._resolve_scale("fused_recurrent_kda", scale, k.shape[-1])
+    B, T, _, K = k.shape
     HV, V = v.shape[2], v.shape[3]
-    N = B if cu_seqlens is None else len(cu_seqlens) - 1
+    N = _ops._num_seqs(q, cu_seqlens)
     precision = get_cpu_precision()
 
     if out is None:
@@ -99,7 +98,7 @@ def fused_recurrent_kda_fwd(
     _ops.recurrent_fwd(
         q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, ssm_state_indices,
         num_accepted_tokens, o, buffer,
-        scale=float(scale),
+        scale=scale,
         use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),
         use_gate_in_kernel=bool(use_gate_in_kernel),
         use_beta_sigmoid_in_kernel=bool(use_beta_sigmoid_in_kernel),
@@ -159,8 +158,6 @@ def fused_recurrent_kda(
     """
     state_v_first = _deprecated_state_layout(kwargs, state_v_first)
     _check_varlen(q, initial_state, cu_seqlens)
-    if scale is None:
-        scale = k.shape[-1] ** -0.5
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
     return fused_recurrent_kda_fwd(

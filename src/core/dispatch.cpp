@@ -123,8 +123,8 @@ Status can_implement(const ChunkFwdArgs& a) {
   return Status::Ok();
 }
 
-size_t workspace_bytes(const ChunkFwdArgs& a) {
-  if (!can_implement(a).ok()) return 0;
+// Scratch of validated args (run() and workspace_bytes() validate once, then call this).
+static size_t chunk_fwd_bytes(const ChunkFwdArgs& a) {
 #ifdef OPENKDA_WITH_CUDA
   if (on_cuda(a.q)) return cuda::chunk_fwd_workspace_bytes(a);  // never reads device memory
 #endif
@@ -132,9 +132,13 @@ size_t workspace_bytes(const ChunkFwdArgs& a) {
                         [&](auto t) { return chunk_plan_bytes<decltype(t)>(a, false); });
 }
 
+size_t workspace_bytes(const ChunkFwdArgs& a) {
+  return can_implement(a).ok() ? chunk_fwd_bytes(a) : 0;
+}
+
 Status run(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(can_implement(a));
-  OPENKDA_RETURN_IF_ERROR(check_workspace("chunk_kda", ws, workspace_bytes(a)));
+  OPENKDA_RETURN_IF_ERROR(check_workspace("chunk_kda", ws, chunk_fwd_bytes(a)));
 #ifdef OPENKDA_WITH_CUDA
   if (on_cuda(a.q)) return cuda::chunk_fwd(a, ws, stream);
 #endif
@@ -149,15 +153,18 @@ Status can_implement(const ChunkBwdArgs& a) {
   return Status::Ok();
 }
 
-size_t workspace_bytes(const ChunkBwdArgs& a) {
-  if (!can_implement(a).ok()) return 0;
+static size_t chunk_bwd_bytes(const ChunkBwdArgs& a) {
   return with_precision(chunk_uses_double(a),
                         [&](auto t) { return chunk_plan_bytes<decltype(t)>(a, true); });
 }
 
+size_t workspace_bytes(const ChunkBwdArgs& a) {
+  return can_implement(a).ok() ? chunk_bwd_bytes(a) : 0;
+}
+
 Status run(const ChunkBwdArgs& a, Workspace ws, Stream) {
   OPENKDA_RETURN_IF_ERROR(can_implement(a));
-  OPENKDA_RETURN_IF_ERROR(check_workspace("chunk_kda_bwd", ws, workspace_bytes(a)));
+  OPENKDA_RETURN_IF_ERROR(check_workspace("chunk_kda_bwd", ws, chunk_bwd_bytes(a)));
   with_precision(chunk_uses_double(a), [&](auto t) { chunk_bwd_cpu<decltype(t)>(a, ws); });
   return Status::Ok();
 }
@@ -226,7 +233,8 @@ Status run(const GateBwdArgs& a, Workspace ws, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(can_implement(a));
   if (on_cuda(a.g)) {
 #ifdef OPENKDA_WITH_CUDA
-    OPENKDA_RETURN_IF_ERROR(check_workspace("fused_kda_gate_bwd", ws, workspace_bytes(a)));
+    OPENKDA_RETURN_IF_ERROR(
+        check_workspace("fused_kda_gate_bwd", ws, cuda::gate_bwd_workspace_bytes(a)));
     return cuda::gate_bwd(a, ws, stream);
 #else
     return Status::NotSupported(

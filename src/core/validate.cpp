@@ -110,8 +110,6 @@ class Checker {
     return placed(t, name);
   }
 
-  const char* op() const { return op_; }
-
  private:
   const char* op_;
   const char* ref_;

@@ -171,3 +171,14 @@ def test_binding_rejects_unknown_names():
         _C.chunk_fwd_workspace_bytes({}, {"precision": "f16"})
     with pytest.raises(ValueError, match="expected a DLPack tensor"):
         _C.gate_fwd_workspace_bytes({"g": [1.0, 2.0]}, {})
+
+
+@pytest.mark.parametrize("fn", ["chunk", "recurrent"])
+def test_bad_scale_names_the_argument(fn):
+    q = torch.randn(1, 4, 1, 8)
+    v = torch.randn(1, 4, 1, 8)
+    g = -torch.rand(1, 4, 1, 8)
+    beta = torch.rand(1, 4, 1)
+    call = openkda.chunk_kda if fn == "chunk" else openkda.fused_recurrent_kda
+    with pytest.raises(ValueError, match="scale = 'a'; expected a float"):
+        call(q, q, v, g, beta, scale="a")

@@ -68,19 +68,6 @@ def test_fused_kda_gate_cuda_stream():
     assert_close("y", R.gate(g.cpu(), A_log.cpu(), None, None), y.cpu(), 1e-4)
 
 
-def test_chunk_kda_cuda_runs_or_says_not_implemented():
-    q = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
-    g = torch.nn.functional.logsigmoid(torch.randn(1, 16, 2, 64, device="cuda"))
-    beta = torch.rand(1, 16, 2, device="cuda")
-    try:
-        o, _ = openkda.chunk_kda(q, q, v, g, beta, use_qk_l2norm_in_kernel=True)
-    except NotImplementedError as e:
-        assert "chunk_kda" in str(e)
-        return
-    assert o.device.type == "cuda" and o.dtype == torch.bfloat16
-
-
 def test_device_mismatch_names_the_argument():
     q = torch.randn(1, 8, 2, 16, device="cuda")
     k = torch.randn(1, 8, 2, 16)
