@@ -212,7 +212,8 @@ def run(args) -> tuple:
             print(f"# {case.name}: openkda {ours:.3f} ms (floor {row['floor_ms']:.3f}, bar "
                   f"{case.bar_ms:.1f})" + (f" [{split}]" if split else "") +
                   f"  t={time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
-            if fla_fn is not None:
+            if fla_fn is not None and (args.fla_cases is None
+                                       or any(s in case.name for s in args.fla_cases)):
                 call = lambda: fla_fn(*pos, **kw)  # noqa: E731  (A_log, dt_bias via **kwargs)
                 try:
                     # FLA autotunes once per shape: its first call(s) are the warm-up.
@@ -299,6 +300,9 @@ def main() -> int:
     parser.add_argument("--cases", nargs="*", default=None,
                         help="substrings of case names to run (default: all)")
     parser.add_argument("--no-fla", action="store_true", help="skip FLA even when it imports")
+    parser.add_argument("--fla-cases", nargs="*", default=None,
+                        help="substrings of the case names FLA runs on (default: every case; "
+                             "FLA autotunes for about 90 s per new shape)")
     parser.add_argument("--markdown", default=None, help="write the markdown table to this path")
     parser.add_argument("--plot", default=None,
                         help="plot path (default: the markdown path with .png)")

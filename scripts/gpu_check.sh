@@ -27,6 +27,7 @@
 #   OPENKDA_WHEELS           folder of wheels to install first (default .whl when it exists)
 #   OPENKDA_GTEST_SRC        GoogleTest source tree (default .deps/googletest when it exists)
 #   OPENKDA_BENCH_ARGS       extra bench_gate.py arguments (e.g. "--quick" or "--no-fla")
+#   OPENKDA_BENCH_CHUNK_ARGS extra bench_chunk_fwd.py arguments (e.g. "--fla-cases B1-T8192-H96")
 #   OPENKDA_COMMIT           commit id written into the reports when .git did not travel
 #   OPENKDA_SKIP=...         space-separated step names to skip (e.g. "racecheck bench")
 #
@@ -251,8 +252,10 @@ if [[ ${STATUS[build]} == PASS ]]; then
   run_step bench optional 200 bench.log "$PYTHON" benchmarks/bench_gate.py \
       --markdown --results-dir "$OUT" --summary /tmp/openkda-bench-table.md \
     ${OPENKDA_BENCH_ARGS:-}
+  # shellcheck disable=SC2086
   run_step bench_chunk optional 300 bench_chunk.log "$PYTHON" benchmarks/bench_chunk_fwd.py \
-      --markdown "$OUT/chunk_fwd-h200.md" --plot "$OUT/chunk_fwd-h200.png"
+      --markdown "$OUT/chunk_fwd-h200.md" --plot "$OUT/chunk_fwd-h200.png" \
+    ${OPENKDA_BENCH_CHUNK_ARGS:-}
   run_step bench_decode optional 150 bench_decode.log "$PYTHON" benchmarks/bench_decode.py \
       --markdown "$OUT/decode-h200.md"
   if command -v compute-sanitizer >/dev/null 2>&1; then

@@ -49,8 +49,13 @@ TensorRef make_tensor(void* data, DType dtype, std::initializer_list<int64_t> sh
 TensorRef make_tensor(void* data, DType dtype, int ndim, const int64_t* shape,
                       Device device = Device{});
 
-// Inline so that every layer (the CUDA launchers included) shares one definition.
-inline size_t dtype_size(DType dtype) {
+// Inline (and callable from device code under nvcc) so that every layer, the CUDA kernels
+// included, shares one definition.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+    inline size_t
+    dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF16:
     case DType::kBF16: return 2;

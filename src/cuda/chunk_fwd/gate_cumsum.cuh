@@ -118,16 +118,6 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
   }
 }
 
-// Element size in bytes of a run-time dtype (f16, bf16, f32, f64).
-__device__ __forceinline__ int64_t dtype_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-    case DType::kF16: return 2;
-    case DType::kF64: return 8;
-    default: return 4;
-  }
-}
-
 // L2 prefetch of the chunk's g, v and beta rows (rows < nv only), issued before the q / k loads so
 // that their later loads hit L2: warp w covers rows w, w + kWarps, ...; each lane one 16-byte
 // piece of a row (pieces past the row are skipped), thread i < nv the beta of row i.
@@ -135,8 +125,8 @@ template <class Tr>
 __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                       int hv) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t g_row_bytes = int64_t{Tr::kK} * dtype_bytes(p.g_dtype);
-  const int64_t v_row_bytes = int64_t{Tr::kV} * dtype_bytes(p.v_dtype);
+  const int64_t g_row_bytes = int64_t{Tr::kK} * static_cast<int64_t>(dtype_size(p.g_dtype));
+  const int64_t v_row_bytes = int64_t{Tr::kV} * static_cast<int64_t>(dtype_size(p.v_dtype));
   const char* gbase = static_cast<const char*>(p.g);
   const char* vbase = static_cast<const char*>(p.v);
   for (int i = warp; i < cc.nv; i += Tr::kWarps) {
@@ -150,7 +140,8 @@ __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, c
   }
   if (static_cast<int>(threadIdx.x) < cc.nv) {
     prefetch_l2(static_cast<const char*>(p.beta) +
-                ((cc.t0 + threadIdx.x) * p.HV + hv) * dtype_bytes(p.beta_dtype));
+                ((cc.t0 + threadIdx.x) * p.HV + hv) *
+                    static_cast<int64_t>(dtype_size(p.beta_dtype)));
   }
 }
 

@@ -17,9 +17,11 @@
 //         G_a - G_j >= 0 but at most 15 * 5 / ln 2 < 109, so the factor stays below 2^109.
 //     The anchor is the block's first row (never a midpoint), so row i only ever sees rows <= i:
 //     later tokens cannot change earlier outputs, not even by rounding.
-//   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), one warp per (rb, A_qk | A_kk).
-//   A_qk goes straight to the workspace (rows i < nv only: the tile is token-indexed, rows past
-//   the chunk belong to the next chunk); A_kk stays in shared memory.
+//   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), one warp per (rb, A_qk | A_kk); the
+//   exp2 factors of their operands are exp2_operand (rounded to tf32 right after).
+//   A_qk goes straight to the workspace, rounded to tf32 (only the scan's mma reads it; rows
+//   i < nv only: the tile is token-indexed, rows past the chunk belong to the next chunk); A_kk
+//   stays in shared memory in f32 (the inverse reads it).
 //
 // Inverse: the diagonal blocks by forward substitution in f32 (one warp per block, lane j owns
 // column j in registers: X[i][j] = -(A[i][j] + sum_{j<m<i} A[i][m] X[m][j]), the CPU order), then
@@ -37,6 +39,7 @@
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/traits.h"
+#include "cuda/common/math.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
@@ -80,7 +83,7 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv
     }
     if (lane < kSubChunk) {
       sA[i * Tr::kLdA + j0 + lane] = my_kk;
-      if (i < nv) gAqk[int64_t{i} * Tr::kBT + j0 + lane] = my_qk;
+      if (i < nv) gAqk[int64_t{i} * Tr::kBT + j0 + lane] = tf32_round(my_qk);
     }
   }
 }
@@ -116,18 +119,18 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, 
     const int c0 = 8 * kk + t, c1 = c0 + 4;
     const float ga0 = sGa[c0], ga1 = sGa[c1];
     uint32_t a[4];
-    a[0] = to_tf32(sX[r0 * kLd + c0] * exp2f(sG[r0 * kLd + c0] - ga0));
-    a[1] = to_tf32(sX[r1 * kLd + c0] * exp2f(sG[r1 * kLd + c0] - ga0));
-    a[2] = to_tf32(sX[r0 * kLd + c1] * exp2f(sG[r0 * kLd + c1] - ga1));
-    a[3] = to_tf32(sX[r1 * kLd + c1] * exp2f(sG[r1 * kLd + c1] - ga1));
+    a[0] = to_tf32(sX[r0 * kLd + c0] * exp2_operand(sG[r0 * kLd + c0] - ga0));
+    a[1] = to_tf32(sX[r1 * kLd + c0] * exp2_operand(sG[r1 * kLd + c0] - ga0));
+    a[2] = to_tf32(sX[r0 * kLd + c1] * exp2_operand(sG[r0 * kLd + c1] - ga1));
+    a[3] = to_tf32(sX[r1 * kLd + c1] * exp2_operand(sG[r1 * kLd + c1] - ga1));
 #pragma unroll
     for (int cb = 0; cb < kNB; ++cb) {
       if (cb <= cb_last) {
 #pragma unroll
         for (int nh = 0; nh < 2; ++nh) {
           const int j = kSubChunk * cb + 8 * nh + g;
-          const uint32_t b0 = to_tf32(sK[j * kLd + c0] * exp2f(ga0 - sG[j * kLd + c0]));
-          const uint32_t b1 = to_tf32(sK[j * kLd + c1] * exp2f(ga1 - sG[j * kLd + c1]));
+          const uint32_t b0 = to_tf32(sK[j * kLd + c0] * exp2_operand(ga0 - sG[j * kLd + c0]));
+          const uint32_t b1 = to_tf32(sK[j * kLd + c1] * exp2_operand(ga1 - sG[j * kLd + c1]));
           mma_tf32(acc[cb][nh], a, b0, b1);
         }
       }
@@ -159,8 +162,9 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, 
         }
         if (is_kk) {
           *reinterpret_cast<float2*>(sA + i * Tr::kLdA + j) = make_float2(v0, v1);
-        } else if (i < nv) {
-          *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) = make_float2(v0, v1);
+        } else if (i < nv) {  // A_qk: only ever an mma operand (scan), stored tf32-rounded
+          *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) =
+              make_float2(tf32_round(v0), tf32_round(v1));
         }
       }
     }

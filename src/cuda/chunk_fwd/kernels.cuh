@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
   __syncthreads();
 
   // Stage 3c: w = Tinv (beta k E), u = Tinv (beta v).
-  tinv_product<Tr, kK>(sA, sQ, p.w + row0 * kK, cc.nv);
-  tinv_product<Tr, kV>(sA, sK, p.u + row0 * kV, cc.nv);
+  tinv_product<Tr, kK, true>(sA, sQ, p.w + row0 * kK, cc.nv);
+  tinv_product<Tr, kV, false>(sA, sK, p.u + row0 * kV, cc.nv);
 }
 
 // ---- scan: one CTA per (sequence, value head, V slice) ----------------------------------------

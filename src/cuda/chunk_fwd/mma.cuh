@@ -27,6 +27,16 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   return r;
 }
 
+// x rounded to tf32 (cvt.rna) as an f32 value whose low 13 bits are 0. Tiles that are only ever
+// mma operands are stored rounded (once per element, by their producer), and their readers pass
+// the raw bits (tf32_bits) instead of converting at every use: the same operand, bit for bit.
+__device__ __forceinline__ float tf32_round(float x) {
+  return __uint_as_float(to_tf32(x) & 0xffffe000u);
+}
+__device__ __forceinline__ uint32_t tf32_bits(float x_rounded) {
+  return __float_as_uint(x_rounded);
+}
+
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -75,12 +85,6 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Hint: bring the 128-byte line holding `p` into L2 (no register result, never faults on a
-// valid address; the caller passes only addresses inside its tensors).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 // Sum over the 32 lanes; every lane gets the bitwise same value (each butterfly step adds the

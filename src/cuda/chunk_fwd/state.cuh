@@ -9,7 +9,8 @@
 //   S     = diag(gamma) S + kg^T v_new
 // The state is held transposed, S^T [V, K], in f32 mma accumulators: warp w of the CTA owns the
 // 16 value columns v0 + 16 w .. v0 + 16 w + 15 (rows of S^T) and all K rows, K / 2 registers per
-// thread. Every product is mma.sync m16n8k8 tf32 with f32 accumulation:
+// thread. Every product is mma.sync m16n8k8 tf32 with f32 accumulation (w, qg, kg and A_qk come
+// tf32-rounded from the prep kernel and are passed as raw bits; S^T and v_new are rounded here):
 //   X^T = S^T w^T,  O^T = S^T qg^T          A = S^T (the accumulators, paired k order), k = d
 //   O^T += v_new^T A_qk^T                   A = v_new^T (accumulators), k = j; blocks j > i skipped
 //   U^T = v_new^T kg;  S^T = S^T diag(gamma) + U^T   (the final add is an IEEE f32 fma)
@@ -125,9 +126,11 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, 
     const bool valid = r < nv;
     cp_async_16(sA + r * Tr::kLdA + c, gA + int64_t{valid ? r : 0} * kBT + c, valid);
   }
-  const int u4 = p.vs / 4;
+  // vs / 4 is a power of two (vs = V / vsplit, V in {64, 128}, vsplit in {1, 2}): shifts, not a
+  // run-time division per copy.
+  const int u4 = p.vs / 4, u4_log2 = __ffs(u4) - 1;
   for (int idx = threadIdx.x; idx < kBT * u4; idx += blockDim.x) {
-    const int r = idx / u4, c = 4 * (idx % u4);
+    const int r = idx >> u4_log2, c = 4 * (idx & (u4 - 1));
     const bool valid = r < nv;
     cp_async_16(sU + r * ld_u + c, gU + int64_t{valid ? r : 0} * p.V + c, valid);
   }
@@ -172,8 +175,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
           *reinterpret_cast<const float2*>(sW + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
       const float2 bq =
           *reinterpret_cast<const float2*>(sQg + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
-      mma_tf32(x[nn], a, to_tf32(bw.x), to_tf32(bw.y));
-      mma_tf32(o[nn], a, to_tf32(bq.x), to_tf32(bq.y));
+      mma_tf32(x[nn], a, tf32_bits(bw.x), tf32_bits(bw.y));
+      mma_tf32(o[nn], a, tf32_bits(bq.x), tf32_bits(bq.y));
     }
   }
 
@@ -201,7 +204,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
       if (nn >= kk) {
         const float2 ba =
             *reinterpret_cast<const float2*>(sA + (8 * nn + g) * Tr::kLdA + 8 * kk + 2 * t);
-        mma_tf32(o[nn], va[kk], to_tf32(ba.x), to_tf32(ba.y));
+        mma_tf32(o[nn], va[kk], tf32_bits(ba.x), tf32_bits(ba.y));
       }
     }
   }
@@ -225,7 +228,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int kk = 0; kk < kNJ; ++kk) {
       const float* b = sKg + (8 * kk + 2 * t) * Tr::kLdKg + 8 * nt + g;
-      mma_tf32(upd, va[kk], to_tf32(b[0]), to_tf32(b[Tr::kLdKg]));
+      mma_tf32(upd, va[kk], tf32_bits(b[0]), tf32_bits(b[Tr::kLdKg]));
     }
     const float gm0 = sGamma[8 * nt + 2 * t], gm1 = sGamma[8 * nt + 2 * t + 1];
     s[nt][0] = fmaf(s[nt][0], gm0, upd[0]);

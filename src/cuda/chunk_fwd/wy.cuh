@@ -3,6 +3,7 @@
 //
 // What it computes, for rows i < nv of one chunk (rows past the chunk are never written: the
 // workspace tiles are token-indexed and those rows belong to the next chunk):
+// w, qg and kg (and the w / u operands in sQ, sK) are stored rounded to tf32: only mma reads them.
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg   (G_last: row nv - 1)
 //   gamma = exp2(G_last)                          -> workspace gamma (one row per chunk)
@@ -48,17 +49,23 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
     const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
     const float4 l4 = *reinterpret_cast<const float4*>(sGlast + d);
     const float b = sBeta[i];
-    const float e0 = exp2f(g4.x), e1 = exp2f(g4.y), e2 = exp2f(g4.z), e3 = exp2f(g4.w);
+    // Every factor below ends in a tf32-rounded operand: exp2_operand (math.cuh).
+    const float e0 = exp2_operand(g4.x), e1 = exp2_operand(g4.y), e2 = exp2_operand(g4.z),
+                e3 = exp2_operand(g4.w);
     if (i < cc.nv) {
-      const float4 qg = make_float4(p.scale * q4.x * e0, p.scale * q4.y * e1, p.scale * q4.z * e2,
-                                    p.scale * q4.w * e3);
-      const float4 kg = make_float4(k4.x * exp2f(l4.x - g4.x), k4.y * exp2f(l4.y - g4.y),
-                                    k4.z * exp2f(l4.z - g4.z), k4.w * exp2f(l4.w - g4.w));
+      const float4 qg =
+          make_float4(tf32_round(p.scale * q4.x * e0), tf32_round(p.scale * q4.y * e1),
+                      tf32_round(p.scale * q4.z * e2), tf32_round(p.scale * q4.w * e3));
+      const float4 kg = make_float4(tf32_round(k4.x * exp2_operand(l4.x - g4.x)),
+                                    tf32_round(k4.y * exp2_operand(l4.y - g4.y)),
+                                    tf32_round(k4.z * exp2_operand(l4.z - g4.z)),
+                                    tf32_round(k4.w * exp2_operand(l4.w - g4.w)));
       *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) = qg;
       *reinterpret_cast<float4*>(gKg + int64_t{i} * Tr::kK + d) = kg;
     }
     *reinterpret_cast<float4*>(sQ + i * kLd + d) =
-        make_float4(b * k4.x * e0, b * k4.y * e1, b * k4.z * e2, b * k4.w * e3);
+        make_float4(tf32_round(b * k4.x * e0), tf32_round(b * k4.y * e1), tf32_round(b * k4.z * e2),
+                    tf32_round(b * k4.w * e3));
   }
   float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * Tr::kK;
   for (int d = threadIdx.x; d < Tr::kK; d += Tr::kThreads) gGamma[d] = exp2f(sGlast[d]);
@@ -90,13 +97,15 @@ __device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const Chunk
     const float b = i < cc.nv ? sBeta[i] : 0.0f;
     float y[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) y[m] = i < cc.nv ? x[r][m] * b : 0.0f;
+    for (int m = 0; m < 4; ++m) y[m] = i < cc.nv ? tf32_round(x[r][m] * b) : 0.0f;
     *reinterpret_cast<float4*>(sK + i * Tr::kLdX + e) = make_float4(y[0], y[1], y[2], y[3]);
   }
 }
 
 // gOut[i, :] = sum_j Tinv[i, j] sB[j, :] for rows i < nv; gOut: row 0 of a [rows, kN] f32 tile.
-template <class Tr, int kN>
+// sB holds tf32-rounded values (write_gated_keys, load_beta_v). kRoundOut: gOut is only ever an
+// mma operand (w), so it is stored tf32-rounded too; u is not (the scan subtracts in f32).
+template <class Tr, int kN, bool kRoundOut>
 __device__ __forceinline__ void tinv_product(const float* sA, const float* sB, float* gOut,
                                              int nv) {
   constexpr int kMT = Tr::kBT / kSubChunk;  // 16-row tiles
@@ -123,9 +132,15 @@ __device__ __forceinline__ void tinv_product(const float* sA, const float* sB, f
 #pragma unroll
       for (int q = 0; q < kTiles; ++q) {
         const int n = 8 * (ng * kTiles + q) + g;
-        mma_tf32(acc[q], a, to_tf32(b_lo[n]), to_tf32(b_hi[n]));
+        mma_tf32(acc[q], a, tf32_bits(b_lo[n]), tf32_bits(b_hi[n]));
       }
     }
+  }
+  if constexpr (kRoundOut) {
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[q][e] = tf32_round(acc[q][e]);
   }
 #pragma unroll
   for (int q = 0; q < kTiles; ++q) {

@@ -3,9 +3,16 @@
 //
 // The caller guarantees that `ptr` is aligned to sizeof(Pack<T, N>) (launchers check the base
 // pointers and pick N = 1 otherwise).
+//
+// prefetch_l2 brings the 128-byte line holding `p` into L2 (no register result, never faults on a
+// valid address; callers pass only addresses inside their tensors).
 #pragma once
 
 namespace openkda::cuda {
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
