@@ -12,7 +12,7 @@
 // The cumsum is exactly monotone: with every g <= 0, G_i <= G_j for i >= j in f32 (each partial
 // sum adds a non-positive term), so every exp2 argument of the later stages is <= 0.
 //
-// Grid mapping: one CTA (Tr::kThreads = 256) per (chunk, value head). Row passes: warp w owns rows
+// Grid mapping: one CTA (Tr::kThreads = 512) per (chunk, value head). Row passes: warp w owns rows
 // w, w + 8, ...; lane l owns columns l * K / 32 .. (l + 1) * K / 32 - 1 (one vector access per
 // row). Cumsum: thread (part, d) with d = tid % K scans rows part * kCumRows .. + kCumRows - 1 of
 // column d in registers, then adds the sums of the parts above it, in order.
@@ -119,8 +119,8 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
 }
 
 // L2 prefetch of the chunk's g, v and beta rows (rows < nv only), issued before the q / k loads so
-// that their later loads hit L2: warp w covers rows w, w + kWarps, ...; each lane one 16-byte
-// piece of a row (pieces past the row are skipped), thread i < nv the beta of row i.
+// that their later loads hit L2: warp w covers rows w, w + kWarps, ...; each lane one 128-byte
+// line of a row (lines past the row are skipped), thread i < nv the beta of row i.
 template <class Tr>
 __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                       int hv) {

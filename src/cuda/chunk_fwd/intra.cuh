@@ -17,7 +17,8 @@
 //         G_a - G_j >= 0 but at most 15 * 5 / ln 2 < 109, so the factor stays below 2^109.
 //     The anchor is the block's first row (never a midpoint), so row i only ever sees rows <= i:
 //     later tokens cannot change earlier outputs, not even by rounding.
-//   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), one warp per (rb, A_qk | A_kk); the
+//   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), kIntraSplit warps per
+//   (rb, A_qk | A_kk), each taking every kIntraSplit-th column block; the
 //   exp2 factors of their operands are exp2_operand (rounded to tf32 right after).
 //   A_qk goes straight to the workspace, rounded to tf32 (only the scan's mma reads it; rows
 //   i < nv only: the tile is token-indexed, rows past the chunk belong to the next chunk); A_kk
@@ -29,7 +30,7 @@
 //   P_rc = sum_{m=c}^{r-1} A_rm Tinv_mc  (c < r),   Tinv_rc = -X_rr P_rc.
 // Row i of Tinv depends on rows <= i of A_kk only.
 //
-// Grid mapping: one CTA (256 threads) per (chunk, value head).
+// Grid mapping: one CTA (512 threads) per (chunk, value head).
 // Shared memory: reads sQ, sK, sG, sBeta; writes sA [BT][kLdA]; the block inverse uses
 // (NB - 1) * 256 floats of sScr for P.
 #pragma once
@@ -88,19 +89,24 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv
   }
 }
 
-// Anchored block products (see the header): warp (rb, A_qk | A_kk) writes every 16 x 16 block of
-// its row block, except the diagonal one when exact_diag (intra_exact_diag owns it).
+// Anchored block products (see the header): kSplit warps per (rb, A_qk | A_kk); warp part p of
+// them writes the 16 x 16 blocks cb == p (mod kSplit) of its row block, except the diagonal one
+// when exact_diag (intra_exact_diag owns it). Every part builds the same A fragments; the split
+// shortens the longest warp's chain (row block NB - 1 has NB column blocks).
 template <class Tr>
 __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, const float* sQ,
                                                const float* sK, const float* sG, const float* sBeta,
                                                float* sA, float* gAqk) {
   constexpr int kNB = Tr::kNB;
   constexpr int kLd = Tr::kLdX;
+  constexpr int kSplit = Tr::kIntraSplit;
   const int warp = threadIdx.x / 32;
-  if (warp >= 2 * kNB) return;
+  if (warp >= 2 * kNB * kSplit) return;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int rb = warp / 2;
-  const bool is_kk = (warp % 2) == 1;
+  const int job = warp % (2 * kNB), part = warp / (2 * kNB);
+  if (part >= kNB) return;  // BT = 32: more parts than column blocks
+  const int rb = job / 2;
+  const bool is_kk = (job % 2) == 1;
   const float* sX = is_kk ? sK : sQ;
   const int cb_last = p.exact_diag ? rb - 1 : rb;  // last column block with a product
   const int r0 = kSubChunk * rb + g, r1 = r0 + 8;
@@ -125,7 +131,7 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, 
     a[3] = to_tf32(sX[r1 * kLd + c1] * exp2_operand(sG[r1 * kLd + c1] - ga1));
 #pragma unroll
     for (int cb = 0; cb < kNB; ++cb) {
-      if (cb <= cb_last) {
+      if (cb <= cb_last && cb % kSplit == part) {
 #pragma unroll
         for (int nh = 0; nh < 2; ++nh) {
           const int j = kSubChunk * cb + 8 * nh + g;
@@ -142,7 +148,7 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, 
   const float beta_r[2] = {sBeta[r0], sBeta[r1]};
 #pragma unroll
   for (int cb = 0; cb < kNB; ++cb) {
-    if (p.exact_diag && cb == rb) continue;
+    if (cb % kSplit != part || (p.exact_diag && cb == rb)) continue;
 #pragma unroll
     for (int nh = 0; nh < 2; ++nh) {
       const int j = kSubChunk * cb + 8 * nh + 2 * t;  // columns j, j + 1

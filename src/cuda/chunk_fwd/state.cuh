@@ -126,8 +126,8 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, 
     const bool valid = r < nv;
     cp_async_16(sA + r * Tr::kLdA + c, gA + int64_t{valid ? r : 0} * kBT + c, valid);
   }
-  // vs / 4 is a power of two (vs = V / vsplit, V in {64, 128}, vsplit in {1, 2}): shifts, not a
-  // run-time division per copy.
+  // vs / 4 is a power of two (vs = V / vsplit, V in {64, 128}, vsplit a power of two, vs >= 16):
+  // shifts, not a run-time division per copy.
   const int u4 = p.vs / 4, u4_log2 = __ffs(u4) - 1;
   for (int idx = threadIdx.x; idx < kBT * u4; idx += blockDim.x) {
     const int r = idx >> u4_log2, c = 4 * (idx & (u4 - 1));

@@ -1,7 +1,7 @@
 // Compile-time configuration of the chunk_kda forward kernels: tiles, threads and the shared
 // memory plan of each kernel, with the bank-conflict and alignment constraints as static_asserts.
 //
-//   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 256 threads per (chunk, value head)
+//   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 512 threads per (chunk, value head)
 //   ScanTraits<K, BT>     openkda_fwd_scan_kernel: one CTA of vs / 16 warps per
 //                         (sequence, value head, V slice); vs is a run-time value (16..128)
 //
@@ -34,9 +34,15 @@ struct PrepTraits {
   static constexpr int kK = kK_;    // q/k head dim
   static constexpr int kV = kV_;    // value head dim
   static constexpr int kBT = kBT_;  // chunk size
-  static constexpr int kThreads = 256;
+  // NOTE: 16 warps. The prep's phases are short, serial and latency-bound (Nsight Compute at 8
+  // warps: IPC 0.98, one CTA per SM because of the 123 KB of shared memory); 512 threads halve
+  // every thread's share of each phase and keep it within 128 registers (no spills at K = V = 128).
+  static constexpr int kThreads = 512;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kNB = kBT / kSubChunk;  // 16-row blocks per chunk
+  // Warps per (row block, A_qk | A_kk) job of the intra products (each takes every kIntraSplit-th
+  // column block).
+  static constexpr int kIntraSplit = kWarps / (2 * kNB);
 
   // Row strides (floats).
   //   sQ, sK, sG [kBT][kLdX]: read by mma fragments at (row g, col t) -> kLdX = 4 (mod 32); the
@@ -75,7 +81,8 @@ struct PrepTraits {
                 "every tile starts 16-byte aligned");
   static_assert(kThreads % kK == 0 && kBT % kCumParts == 0, "cumsum: whole columns per thread");
   static_assert(kBT % kWarps == 0, "whole rows per warp in the row-wise passes");
-  static_assert(2 * kNB <= kWarps, "one warp per (row block, A_qk | A_kk) in the intra product");
+  static_assert(kIntraSplit >= 1 && 2 * kNB * kIntraSplit == kWarps,
+                "whole warps per (row block, A_qk | A_kk) job in the intra product");
   static_assert(kWarps % kNB == 0 && (kK / 8) % (kWarps / kNB) == 0 &&
                     (kV / 8) % (kWarps / kNB) == 0,
                 "w / u product: whole 8-column tiles per warp");
