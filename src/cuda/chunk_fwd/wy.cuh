@@ -14,7 +14,7 @@
 // Grid mapping: one CTA (512 threads) per (chunk, value head). Elementwise passes: thread owns
 // 4 consecutive columns of a row (float4). Products: mma.sync m16n8k8 tf32 with Tinv (sA) as A in
 // paired k order and [BT, N] operands (sQ, sK) as B; warp (mt, ng) owns rows 16 mt .. 16 mt + 15
-// and N / 8 / (8 / NB) column tiles; k blocks with j > 16 mt + 15 are skipped (Tinv is lower
+// and N / 8 / (kWarps / NB) column tiles; k blocks with j > 16 mt + 15 are skipped (Tinv is lower
 // triangular there, exact zeros).
 // Shared memory: reads sQ, sK, sG, sBeta, sA; sQ becomes beta k exp2(G), sK becomes beta v.
 #pragma once
