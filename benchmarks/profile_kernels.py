@@ -25,10 +25,18 @@ import bench_chunk_fwd  # noqa: E402
 import bench_decode  # noqa: E402
 
 
+def find_case(cases, name: str):
+    """The case called `name`; a ValueError naming --case and the valid names otherwise."""
+    for c in cases:
+        if c.name == name:
+            return c
+    raise ValueError(f"--case {name!r}: expected one of {[c.name for c in cases]}")
+
+
 def chunk_workload(name: str):
     import openkda
 
-    case = next(c for c in bench_chunk_fwd.CASES if c.name == name)
+    case = find_case(bench_chunk_fwd.CASES, name)
     args, kwargs = bench_chunk_fwd.make_inputs(case)
     return lambda: openkda.chunk_kda(*args, **kwargs)
 
@@ -36,7 +44,7 @@ def chunk_workload(name: str):
 def decode_workload(name: str):
     import openkda
 
-    case = next(c for c in bench_decode.CASES if c.name == name)
+    case = find_case(bench_decode.CASES, name)
     pb = bench_decode.make_problem(case)
     pool = pb.pool0.clone()
     return lambda: bench_decode.call(openkda.fused_recurrent_kda_fwd, pb, pool, pb.out)

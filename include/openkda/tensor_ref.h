@@ -10,6 +10,13 @@
 #include <initializer_list>
 #include <string>
 
+// Marks the few header functions that CUDA kernels call too (empty for a host compiler).
+#if defined(__CUDACC__)
+#define OPENKDA_HOST_DEVICE __host__ __device__
+#else
+#define OPENKDA_HOST_DEVICE
+#endif
+
 namespace openkda {
 
 enum class DType : int8_t { kUndefined = 0, kF16, kBF16, kF32, kF64, kI32, kI64, kU8 };
@@ -51,11 +58,7 @@ TensorRef make_tensor(void* data, DType dtype, int ndim, const int64_t* shape,
 
 // Inline (and callable from device code under nvcc) so that every layer, the CUDA kernels
 // included, shares one definition.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-    inline size_t
-    dtype_size(DType dtype) {
+OPENKDA_HOST_DEVICE inline size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF16:
     case DType::kBF16: return 2;

@@ -14,11 +14,7 @@
 
 #include <cstddef>
 
-#if defined(__CUDACC__)
-#define OPENKDA_CHUNK_FWD_HD __host__ __device__
-#else
-#define OPENKDA_CHUNK_FWD_HD
-#endif
+#include "openkda/tensor_ref.h"
 
 namespace openkda::cuda::chunk_forward {
 
@@ -115,8 +111,8 @@ struct ScanTraits {
   static constexpr int kOffU = kOffGamma + kK;
   static constexpr int kFixedFloats = kOffU;
 
-  OPENKDA_CHUNK_FWD_HD static constexpr int ld_u(int vs) { return vs + 4; }
-  OPENKDA_CHUNK_FWD_HD static constexpr size_t smem_bytes(int vs) {
+  OPENKDA_HOST_DEVICE static constexpr int ld_u(int vs) { return vs + 4; }
+  OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs) {
     return sizeof(float) * (static_cast<size_t>(kFixedFloats) + kBT * ld_u(vs));
   }
 
