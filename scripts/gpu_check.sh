@@ -241,6 +241,25 @@ with torch.inference_mode():
         A_log=torch.zeros(HV, device="cuda"), initial_state=pool, inplace_final_state=True,
         cu_seqlens=cu2, ssm_state_indices=idx, use_qk_l2norm_in_kernel=True,
         use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+    # decode on the streaming kernel (N * HV above the SM count): 0..2 tokens per sequence,
+    # per-token states into the pool, padded (-1) slots
+    N2 = torch.cuda.get_device_properties(0).multi_processor_count // HV + 2
+    lens2 = torch.arange(N2, device="cuda") % 3
+    cu3 = torch.cat([torch.zeros(1, device="cuda", dtype=torch.long), lens2.cumsum(0)]).int()
+    T2 = int(cu3[-1])
+    q2, k2 = (torch.randn(1, T2, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v2 = torch.randn(1, T2, HV, V, device="cuda", dtype=torch.bfloat16)
+    g2 = torch.randn(1, T2, HV, K, device="cuda", dtype=torch.bfloat16)
+    beta2 = torch.rand(1, T2, HV, device="cuda", dtype=torch.bfloat16)
+    pool2 = torch.randn(2 * N2 + 1, HV, K, V, device="cuda")
+    idx2 = torch.randperm(2 * N2, device="cuda")[: 2 * N2].view(N2, 2).int()
+    idx2[1, 0] = -1  # sequence 1 (one token): zero initial state, its store skipped
+    openkda.fused_recurrent_kda_fwd(q2, k2, v2, g2, beta2, A_log=torch.zeros(HV, device="cuda"),
+        initial_state=pool2, inplace_final_state=True, cu_seqlens=cu3, ssm_state_indices=idx2,
+        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+    # no pool: final state per sequence, no initial state (zeros streamed out)
+    openkda.fused_recurrent_kda(q2, k2, v2, g2, beta2, output_final_state=True, cu_seqlens=cu3,
+        use_qk_l2norm_in_kernel=True)
 torch.cuda.synchronize()
 print("sanitizer workload done")
 '

@@ -268,29 +268,37 @@ def test_decode_pool_in_place(K, V, pool_dtype, v_first, idx_kind):
     assert torch.equal(bits(pool[untouched]), bits(before[untouched]))
 
 
-# ---- large batches: the persistent kernel (launch.cu's dispatch) --------------------------------
-# An f32 state source with more work items (N * HV * V / 64) than the persistent kernel has
-# resident CTAs (at most 4 per SM) runs src/cuda/recurrent/persistent.cuh; the small shapes of the
-# other tests run the one-item kernel. These shapes keep the item count above that bound.
+# ---- large batches: the streaming kernel (launch.cu's dispatch) ---------------------------------
+# An f32 state with more (sequence, value head) pairs than SMs runs src/cuda/recurrent/stream.cuh
+# (the state through shared memory by bulk copies); fewer pairs run the register-tile kernel
+# (kernel.cuh). These shapes keep N * HV above the SM count; stream_heads gives the smallest HV
+# that does for a small N.
 
-def assert_persistent_shape(N, HV, V):
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert N * HV * (V // 64) > 4 * sms, "shape too small to select the persistent kernel"
+def sm_count():
+    return torch.cuda.get_device_properties(0).multi_processor_count
 
 
-PERSISTENT_DECODE = [(K, V, v_first, idx) for K, V in [(128, 128), (64, 64), (128, 64), (64, 128)]
+def assert_stream_shape(N, HV):
+    assert N * HV > sm_count(), "shape too small to select the streaming kernel"
+
+
+def stream_heads(N):
+    return sm_count() // N + 1
+
+
+STREAM_DECODE = [(K, V, v_first, idx) for K, V in [(128, 128), (64, 64), (128, 64), (64, 128)]
                      for v_first in [False, True] for idx in ["1d-i32", "2d-i64"]
                      if idx == "1d-i32" or (K, V) == (128, 128)]
 
 
-@pytest.mark.parametrize("K,V,v_first,idx_kind", PERSISTENT_DECODE,
+@pytest.mark.parametrize("K,V,v_first,idx_kind", STREAM_DECODE,
                          ids=[f"K{c[0]}-V{c[1]}-{'vk' if c[2] else 'kv'}-{c[3]}"
-                              for c in PERSISTENT_DECODE])
+                              for c in STREAM_DECODE])
 def test_decode_pool_in_place_large_batch(K, V, v_first, idx_kind):
-    """T = 1, N = 384 sequences x HV = 8: every item of the persistent grid, several per CTA; some
-    indices are -1 (padding: zero state, nothing written)."""
+    """T = 1, N = 384 sequences x HV = 8 on the streaming kernel; some indices are -1 (padding:
+    zero state, nothing written)."""
     N, HV = 384, 8
-    assert_persistent_shape(N, HV, V)
+    assert_stream_shape(N, HV)
     p = Problem(lens=[1] * N, H=4, HV=HV, K=K, V=V)
     args, kw = make(p)
     num_slots = N + 40
@@ -320,10 +328,10 @@ def test_decode_pool_in_place_large_batch(K, V, v_first, idx_kind):
 
 @pytest.mark.parametrize("v_first", [False, True], ids=["kv", "vk"])
 def test_spec_verify_pool_large_batch(v_first):
-    """0..8 tokens per sequence, N = 160 x HV = 8 x 2 slices: per-token states into the pool from
-    the accepted slot, empty sequences untouched, on the persistent kernel."""
+    """0..8 tokens per sequence, N = 160 x HV = 8: per-token states into the pool from the
+    accepted slot, empty sequences untouched, on the streaming kernel."""
     N, M, HV, K, V = 160, 8, 8, 128, 128
-    assert_persistent_shape(N, HV, V)
+    assert_stream_shape(N, HV)
     lens = [int(x) for x in torch.randint(0, M + 1, (N,))]
     p = Problem(lens=lens, H=2, HV=HV, K=K, V=V, headwise=True)
     args, kw = make(p)
@@ -356,17 +364,18 @@ def test_spec_verify_pool_large_batch(v_first):
 
 def test_public_api_large_batch():
     """No pool: initial_state [N, ...] f32 -> final state per sequence (varlen, empty sequences
-    keep h0), on the persistent kernel; and the bf16 h0 of the same shape (one-item kernel)."""
+    keep h0), on the streaming kernel; no initial state (zeros, f32 final state: streaming); and
+    the bf16 h0 of the same shape (register-tile kernel)."""
     N, HV, K, V = 300, 4, 128, 128
-    assert_persistent_shape(N, HV, V)
+    assert_stream_shape(N, HV)
     lens = [int(x) for x in torch.randint(0, 4, (N,))]
     p = Problem(lens=lens, H=2, HV=HV, K=K, V=V, gate="lb")
     args, kw = make(p)
-    for h0_dtype in [torch.float32, torch.bfloat16]:
-        h0 = torch.randn(N, HV, K, V, device="cuda").to(h0_dtype)
+    for h0_dtype in [torch.float32, None, torch.bfloat16]:
+        h0 = None if h0_dtype is None else torch.randn(N, HV, K, V, device="cuda").to(h0_dtype)
         o, ht = openkda.fused_recurrent_kda(*args, initial_state=h0, output_final_state=True,
                                             **kw)
-        ref_o, _, ref_ht = run_reference(p, args, kw, list(h0))
+        ref_o, _, ref_ht = run_reference(p, args, kw, [None] * N if h0 is None else list(h0))
         check("o", ref_o, o.reshape(ref_o.shape), TOL[o.dtype])
         check("final_state", ref_ht, ht, TOL[torch.float32])
 
@@ -411,11 +420,13 @@ def test_spec_verify_pool(pool_dtype, v_first, accepted):
     assert torch.equal(bits(pool[~w]), bits(before[~w]))
 
 
-def test_per_token_states_not_in_place():
+@pytest.mark.parametrize("kernel", ["register", "stream"])
+def test_per_token_states_not_in_place(kernel):
     """ssm_state_indices without the in-place update: final_state [B * T, HV, K, V] f32 holds the
     state after every token and the pool keeps its bits."""
     lens = [2, 0, 3, 1]
-    N, M, HV, K, V = len(lens), 4, 4, 64, 128
+    N, M, K, V = len(lens), 4, 64, 128
+    HV = stream_heads(N) if kernel == "stream" else 4
     p = Problem(lens=lens, HV=HV, K=K, V=V, gate="lb")
     args, kw = make(p)
     idx = torch.randperm(3 * N * M)[: N * M].view(N, M).cuda()
@@ -442,12 +453,14 @@ MODES = [
 ]
 
 
+@pytest.mark.parametrize("kernel", ["register", "stream"])
 @pytest.mark.parametrize("mode", MODES,
                          ids=[f"{m['gate']}-{m['beta']}{'-hw' if m['headwise'] else ''}"
                               f"{'-l2' if m['l2norm'] else ''}" for m in MODES])
-def test_modes_pool(mode):
+def test_modes_pool(mode, kernel):
     lens = [1, 3, 0, 2]
-    N, M, HV, K, V = len(lens), 3, 4, 64, 64
+    N, M, K, V = len(lens), 3, 64, 64
+    HV = stream_heads(N) if kernel == "stream" else 4
     p = Problem(lens=lens, H=1, HV=HV, K=K, V=V, dtype=torch.float32, **mode)
     args, kw = make(p)
     idx = torch.randperm(2 * N * M)[: N * M].view(N, M).cuda()
@@ -464,14 +477,16 @@ def test_modes_pool(mode):
         bos += L
 
 
+@pytest.mark.parametrize("kernel", ["register", "stream"])
 @pytest.mark.parametrize("in_dtype", ["bf16", "f16", "f32"])
 @pytest.mark.parametrize("out_dtype", ["bf16", "f32"])
-def test_dtypes_and_out_buffer(in_dtype, out_dtype):
+def test_dtypes_and_out_buffer(in_dtype, out_dtype, kernel):
     """q/k/v/g/beta in every input dtype; an out= buffer of any float dtype receives o."""
     lens = [1, 2, 5]
-    p = Problem(lens=lens, H=2, HV=4, K=128, V=64, dtype=DT[in_dtype])
+    N, K, V = len(lens), 128, 64
+    HV = 2 * (stream_heads(N) // 2 + 1) if kernel == "stream" else 4
+    p = Problem(lens=lens, H=2, HV=HV, K=K, V=V, dtype=DT[in_dtype])
     args, kw = make(p)
-    N, HV, K, V = len(lens), 4, 128, 64
     h0 = torch.randn(N, HV, K, V, device="cuda")
     state = h0.clone()
     out = torch.full(args[2].shape, float("nan"), dtype=DT[out_dtype], device="cuda")
@@ -489,10 +504,11 @@ def _serving_step(args, kw, pool, idx, out):
                                            out=out, **kw)
 
 
-@pytest.mark.parametrize("N", [16, 256], ids=["one-item", "persistent"])
+@pytest.mark.parametrize("N", [16, 256], ids=["register", "stream"])
 def test_cuda_graph_replay(N):
     """Capture one decode step (device cu_seqlens and indices) and replay it: same o and pool as
-    an eager call from the same starting pool (N = 256: the persistent kernel)."""
+    an eager call from the same starting pool (N = 16: the register-tile kernel, N = 256: the
+    streaming kernel)."""
     HV, K, V = 8, 128, 128
     p = Problem(lens=[1] * N, H=4, HV=HV, K=K, V=V)
     args, kw = make(p)
@@ -518,7 +534,7 @@ def test_cuda_graph_replay(N):
         assert torch.equal(bits(pool), bits(eager_pool))
 
 
-@pytest.mark.parametrize("reps", [1, 40], ids=["one-item", "persistent"])
+@pytest.mark.parametrize("reps", [1, 40], ids=["register", "stream"])
 def test_deterministic(reps):
     lens = [3, 16, 1, 0, 7] * reps
     N, M, HV, K, V = len(lens), 16, 8, 128, 128

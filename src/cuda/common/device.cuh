@@ -42,16 +42,20 @@ inline cudaError_t sm_count(int* sms) {
 }
 
 // Sets the dynamic shared-memory limit of `kernel` to `bytes` once per device (Tag: the kernel's
-// traits type).
+// traits type). With max_shared_carveout, also asks for the largest shared-memory carveout of the
+// unified L1 / shared storage, for kernels whose occupancy is set by shared memory.
 template <class Tag, class Kernel>
-cudaError_t set_max_dynamic_smem_once(Kernel kernel, int bytes) {
+cudaError_t set_max_dynamic_smem_once(Kernel kernel, int bytes, bool max_shared_carveout = false) {
   int device = 0;
   const cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   int done = 0;
   return cached_per_device<Tag>(device, &done, [&](int* out) {
-    const cudaError_t e =
+    cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && max_shared_carveout)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
     *out = e == cudaSuccess ? 1 : 0;
     return e;
   });

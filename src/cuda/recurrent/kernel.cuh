@@ -57,10 +57,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   StateTile<Tr> S(tid & 31, tid >> 5, slice * Tr::kBlockV);
   // Token 0's inputs and the gate parameters (consumed after the state load).
   RowInputs row{};
-  ColumnInputs<Tr> col{};
+  ColumnInputs<Tr::kTileE> col{};
   if (len > 0) {
     row = load_row_inputs<Tr>(p, bos, 0, n, h, hv, tid);
-    col = load_column_inputs<Tr>(p, S, bos, hv);
+    col = load_tile_columns<Tr>(p, S, bos, hv);
   }
   uint32_t bias_bits = 0, A_bits = 0;
   if (p.gate_in_kernel) {

@@ -21,20 +21,17 @@ namespace recurrent {
 // Defined in kernel.cuh and explicitly instantiated in instantiations/*.cu.
 template <class Tr>
 cudaError_t launch_recurrent(const RecurrentParams& p, cudaStream_t stream);
-// Defined in persistent.cuh and explicitly instantiated in instantiations/recurrent_persistent_*.
+// Defined in stream.cuh and explicitly instantiated in instantiations/recurrent_stream_*.cu.
 template <class Tr>
-cudaError_t recurrent_persistent_ctas_per_sm(int* ctas);
-template <class Tr>
-cudaError_t launch_recurrent_persistent(const RecurrentParams& p, int grid, cudaStream_t stream);
+cudaError_t launch_recurrent_stream(const RecurrentParams& p, cudaStream_t stream);
 }  // namespace recurrent
 
 namespace {
 
 using recurrent::RecurrentParams;
 using recurrent::RecurrentTraits;
+using recurrent::StreamTraits;
 using LaunchFn = cudaError_t (*)(const RecurrentParams&, cudaStream_t);
-using OccupancyFn = cudaError_t (*)(int*);
-using PersistentLaunchFn = cudaError_t (*)(const RecurrentParams&, int, cudaStream_t);
 
 constexpr const char* kOp = "fused_recurrent_kda";
 constexpr int kCtaColumns = 64;  // RecurrentTraits::kBlockV of every compiled kernel
@@ -145,24 +142,25 @@ LaunchFn pick_kernel(int64_t K, int64_t V, bool v_first, int vec) {
   return vec == 8 ? pick_dims<false, 8>(K, V) : pick_dims<false, 4>(K, V);
 }
 
-// The persistent kernel (persistent.cuh) of an f32 state source: its occupancy query and launcher.
-struct PersistentKernel {
-  OccupancyFn ctas_per_sm;
-  PersistentLaunchFn launch;
-};
-
-template <int kK, int kV, bool kVFirst>
-PersistentKernel persistent_of() {
-  using Tr = RecurrentTraits<kK, kV, kVFirst, 4>;
-  return {&recurrent::recurrent_persistent_ctas_per_sm<Tr>,
-          &recurrent::launch_recurrent_persistent<Tr>};
+// The streaming kernel (stream.cuh) of an f32 state.
+template <bool kVFirst>
+LaunchFn pick_stream_dims(int64_t K, int64_t V) {
+  using recurrent::launch_recurrent_stream;
+  if (K == 64) {
+    return V == 64 ? &launch_recurrent_stream<StreamTraits<64, 64, kVFirst>>
+                   : &launch_recurrent_stream<StreamTraits<64, 128, kVFirst>>;
+  }
+  return V == 64 ? &launch_recurrent_stream<StreamTraits<128, 64, kVFirst>>
+                 : &launch_recurrent_stream<StreamTraits<128, 128, kVFirst>>;
 }
 
-template <bool kVFirst>
-PersistentKernel pick_persistent_dims(int64_t K, int64_t V) {
-  if (K == 64)
-    return V == 64 ? persistent_of<64, 64, kVFirst>() : persistent_of<64, 128, kVFirst>();
-  return V == 64 ? persistent_of<128, 64, kVFirst>() : persistent_of<128, 128, kVFirst>();
+// Whether the state is f32 wherever it is read or written (and is read or written at all).
+bool f32_state(const RecurrentFwdArgs& a) {
+  const TensorRef& src = a.initial_state;
+  const TensorRef& dst = state_destination(a);
+  if (!src.defined() && !dst.defined()) return false;
+  return (!src.defined() || src.dtype == DType::kF32) &&
+         (!dst.defined() || dst.dtype == DType::kF32);
 }
 
 }  // namespace
@@ -199,34 +197,23 @@ Status recurrent_fwd(const RecurrentFwdArgs& args, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(recurrent_fwd_supported(args));
   const RecurrentParams p = make_params(args);
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
-  // NOTE: the one dispatch between the two kernels, by shape. An f32 state source with more work
-  // items (N * HV * V / 64) than the persistent kernel has resident CTAs (more than one wave)
-  // runs persistent.cuh, which streams the next items' states through shared memory while the
-  // current one computes (serving batches: B >= 4 at HV = 32, K = V = 128 on an H200). Fewer
-  // items (every CTA would run one item: B = 1 decode), or a bf16 / f16 / f64 / absent initial
-  // state, run the one-item kernel (kernel.cuh), whose prologue chain is the shorter.
-  // Measured on the H200 (2026-11-29, bench_decode, fp32 pool, K = V = 128, H = 32): at B = 64
-  // and 256 this choice, the one-item kernel and a persistent grid of every resident CTA are
-  // within 1 % of each other (81-82 % / 85-86 % of the copy floor); mtp4-B64 ran at 84 % with the
-  // one-item kernel against 80 % persistent. Nsight Compute at B = 64: ~1.3 k instructions per
-  // warp and item at 12 warps per SM (158 registers, 64 KB of stages per CTA), IPC 1.46, DRAM
-  // 60 % of peak: per-item latency and occupancy bound the rate, not the dispatch.
-  const int64_t items = p.N * static_cast<int64_t>(p.HV) * (args.v.shape[3] / kCtaColumns);
-  if (args.initial_state.defined() && args.initial_state.dtype == DType::kF32 && items > 0) {
-    const PersistentKernel pk = args.state_v_first
-                                    ? pick_persistent_dims<true>(args.q.shape[3], args.v.shape[3])
-                                    : pick_persistent_dims<false>(args.q.shape[3], args.v.shape[3]);
-    int sms = 0, per_sm = 0;
+  // NOTE: the one dispatch between the two kernels. An f32 state (the serving pool) with more
+  // (sequence, value head) pairs than SMs streams through shared memory with bulk copies
+  // (stream.cuh: bandwidth-bound, three heads per SM). Fewer heads (small-batch decode, where the
+  // latency of one item is the run time), bf16 / f16 / f64 states (which the bulk copy cannot
+  // convert) and calls without a state run the register-tile kernel (kernel.cuh), whose CTAs of
+  // 64 columns load their state with more threads at once.
+  // Measured on the H200 (2026-11-29, fp32 pool, K = V = 128, H = 32, CUDA-graph replay, us,
+  // register / stream): B = 1 4.6 / 6.1, B = 4 6.7 / 7.5 (128 heads), B = 8 10.9 / 11.1,
+  // B = 16 18.6 / 18.2, B = 64 81.0 / 73.1; 4 tokens: B = 4 15.6 / 16.4, B = 8 33.0 / 25.6.
+  if (f32_state(args)) {
+    int sms = 0;
     OPENKDA_CUDA_RETURN_IF_ERROR(kOp, sm_count(&sms));
-    OPENKDA_CUDA_RETURN_IF_ERROR(kOp, pk.ctas_per_sm(&per_sm));
-    const int64_t resident = static_cast<int64_t>(sms) * per_sm;
-    if (resident > 0 && items > resident) {
-      // Balanced rounds: every CTA runs `rounds` or `rounds - 1` items (B = 64: 373 CTAs of 11
-      // items, not 396 of which 136 run an 11th item while the rest idle).
-      const int64_t rounds = (items + resident - 1) / resident;
-      const int64_t grid = (items + rounds - 1) / rounds;
-      return cuda_status(pk.launch(p, static_cast<int>(grid), st), kOp,
-                         "launch of openkda_fwd_recurrent_persistent_kernel");
+    if (static_cast<int64_t>(p.N) * p.HV > sms) {
+      const LaunchFn launch = args.state_v_first
+                                  ? pick_stream_dims<true>(args.q.shape[3], args.v.shape[3])
+                                  : pick_stream_dims<false>(args.q.shape[3], args.v.shape[3]);
+      return cuda_status(launch(p, st), kOp, "launch of openkda_fwd_recurrent_stream_kernel");
     }
   }
   const LaunchFn launch =

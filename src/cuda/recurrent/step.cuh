@@ -1,6 +1,8 @@
 // Device stage of fused_recurrent_kda: one token of the KDA recurrence on a register-resident
 // state slice. The kernel (kernel.cuh) reads the state once per call and keeps it in registers
 // across the tokens of a sequence; it writes it once per token (pool mode) or once at the end.
+// The per-token inputs, gate, norms and v' helpers here also serve the streaming kernel
+// (stream.cuh), whose state lives in shared memory instead.
 //
 // What (spec 1.1, per sequence n, value head hv, token t; q/k head h = hv / group):
 //   alpha = exp(g_t) (after the in-kernel gate, if any)             [K]
@@ -38,58 +40,10 @@
 #include "cuda/common/math.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/recurrent/params.h"
+#include "cuda/recurrent/token_inputs.cuh"
 #include "cuda/recurrent/traits.h"
 
 namespace openkda::cuda::recurrent {
-
-constexpr float kL2NormEps = 1e-6f;  // inside the square root, as FLA's l2norm
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// ---- run-time dtype element access (inputs and outputs that are not the state) ---------------
-// Inputs are loaded as raw bits and converted at first use: a conversion right after a load in
-// the dtype switch would stall the warp on that load, serialising every input load.
-__device__ __forceinline__ uint32_t load_bits(const void* p, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF16:
-    case DType::kBF16: return static_cast<const uint16_t*>(p)[i];
-    // NOTE: f64 inputs are converted at once (a rare dtype: one stall instead of a 64-bit lane).
-    case DType::kF64: return __float_as_uint(__double2float_rn(static_cast<const double*>(p)[i]));
-    default: return static_cast<const uint32_t*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ float bits_to_f32(uint32_t bits, DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-    case DType::kBF16: return __uint_as_float(bits << 16);
-    default: return __uint_as_float(bits);
-  }
-}
-
-__device__ __forceinline__ void store_f32(void* p, DType dtype, int64_t i, float x) {
-  switch (dtype) {
-    case DType::kF16: static_cast<__half*>(p)[i] = from_f32<__half>(x); break;
-    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(x); break;
-    case DType::kF64: static_cast<double*>(p)[i] = static_cast<double>(x); break;
-    default: static_cast<float*>(p)[i] = x; break;
-  }
-}
-
-// Indices (i32 | i64) as raw 64-bit words (i32 zero-extended), sign-extended at use.
-__device__ __forceinline__ uint64_t load_index_bits(const void* p, DType dtype, int64_t i) {
-  return dtype == DType::kI32 ? static_cast<uint64_t>(static_cast<const uint32_t*>(p)[i])
-                              : static_cast<const uint64_t*>(p)[i];
-}
-
-__device__ __forceinline__ int64_t index_from_bits(uint64_t bits, DType dtype) {
-  return dtype == DType::kI32
-             ? static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)))
-             : static_cast<int64_t>(bits);
-}
-
-__device__ __forceinline__ int64_t load_index(const void* p, DType dtype, int64_t i) {
-  return index_from_bits(load_index_bits(p, dtype, i), dtype);
-}
 
 // ---- state runs: kN contiguous elements of T <-> fp32 registers --------------------------------
 // 16-byte load that does not allocate in L1: the state is read exactly once per call.
@@ -241,7 +195,7 @@ __device__ __forceinline__ float sum_over_d_lanes(float x) {
   return x;
 }
 
-// ---- per-token inputs --------------------------------------------------------------------------
+// ---- per-token shared memory --------------------------------------------------------------------
 // Shared memory of the prologue, double-buffered by token parity.
 template <class Tr>
 struct TokenSmem {
@@ -251,69 +205,11 @@ struct TokenSmem {
   float4 sums[2][Tr::kPrologueWarps];  // per-warp (q.q, k.k, q.k, 0)
 };
 
-// What a prologue thread (row d = tid < K) reads of one token, as raw bits; prefetched one token
-// ahead.
-struct RowInputs {
-  uint32_t q = 0;
-  uint32_t k = 0;
-  uint32_t g = 0;
-  uint64_t slot = 0;  // pool slot written after this token (in-place pool mode), raw index bits
-};
-
-// Loads of token `tok` (packed row; sequence-local index t) for row d = tid.
 template <class Tr>
-__device__ __forceinline__ RowInputs load_row_inputs(const RecurrentParams& p, int64_t tok,
-                                                     int64_t t, int n, int h, int hv, int tid) {
-  RowInputs r;
-  if (tid < Tr::kK) {
-    const int64_t qk_off = (tok * p.H + h) * Tr::kK + tid;
-    r.q = load_bits(p.q, p.qk_dtype, qk_off);
-    r.k = load_bits(p.k, p.qk_dtype, qk_off);
-    r.g = load_bits(p.g, p.g_dtype, (tok * p.HV + hv) * Tr::kK + tid);
-  }
-  if (p.inplace) r.slot = load_index_bits(p.state_indices, p.idx_dtype, n * p.idx_cols + t);
-  return r;
-}
-
-// Values and beta of this thread's columns (raw bits; beta[0] only unless headwise); prefetched
-// one token ahead with the rows.
-template <class Tr>
-struct ColumnInputs {
-  uint32_t v[Tr::kTileE];
-  uint32_t beta[Tr::kTileE];
-};
-
-template <class Tr>
-__device__ __forceinline__ ColumnInputs<Tr> load_column_inputs(const RecurrentParams& p,
-                                                               const StateTile<Tr>& S, int64_t tok,
-                                                               int hv) {
-  ColumnInputs<Tr> c;
-  const int64_t row_v = (tok * p.HV + hv) * Tr::kV;
-#pragma unroll
-  for (int i = 0; i < Tr::kTileE; ++i) c.v[i] = load_bits(p.v, p.v_dtype, row_v + S.e_of(i));
-  if (p.headwise_beta) {
-#pragma unroll
-    for (int i = 0; i < Tr::kTileE; ++i)
-      c.beta[i] = load_bits(p.beta, p.beta_dtype, row_v + S.e_of(i));
-  } else {
-    c.beta[0] = load_bits(p.beta, p.beta_dtype, tok * p.HV + hv);
-#pragma unroll
-    for (int i = 1; i < Tr::kTileE; ++i) c.beta[i] = 0;
-  }
-  return c;
-}
-
-// Per-token log-decay of row d from the raw gate (spec 3.1 / 3.2, fp32).
-__device__ __forceinline__ float gate_log_decay(const RecurrentParams& p, float g, float bias,
-                                                float a_coef) {
-  if (!p.gate_in_kernel) return g;
-  const float x = g + bias;
-  if (p.has_lower_bound) return p.lower_bound * sigmoid_f32(a_coef * x);
-  return -a_coef * softplus_f32(x);
-}
-
-__device__ __forceinline__ float beta_activation(const RecurrentParams& p, float b) {
-  return p.beta_sigmoid ? p.beta_scale * sigmoid_f32(b) : b;
+__device__ __forceinline__ ColumnInputs<Tr::kTileE> load_tile_columns(const RecurrentParams& p,
+                                                                      const StateTile<Tr>& S,
+                                                                      int64_t tok, int hv) {
+  return load_column_inputs<Tr::kV, Tr::kTileE>(p, tok, hv, [&](int i) { return S.e_of(i); });
 }
 
 // Prologue of one token: row d = tid writes its q, k, alpha and the warp's partial dot products.
@@ -322,18 +218,11 @@ __device__ __forceinline__ void token_prologue(const RecurrentParams& p, const R
                                                float bias, float a_coef, int buf, int tid,
                                                TokenSmem<Tr>& sm) {
   if (tid >= Tr::kK) return;  // whole warps: K is a multiple of 32
-  const float q = bits_to_f32(in.q, p.qk_dtype), k = bits_to_f32(in.k, p.qk_dtype);
-  sm.q[buf][tid] = q;
-  sm.k[buf][tid] = k;
-  sm.alpha[buf][tid] = exp_f32(gate_log_decay(p, bits_to_f32(in.g, p.g_dtype), bias, a_coef));
-  float qq = q * q, kk = k * k, qk = q * k;
-#pragma unroll
-  for (int m = 16; m >= 1; m >>= 1) {
-    qq += __shfl_xor_sync(kFullMask, qq, m);
-    kk += __shfl_xor_sync(kFullMask, kk, m);
-    qk += __shfl_xor_sync(kFullMask, qk, m);
-  }
-  if ((tid & 31) == 0) sm.sums[buf][tid >> 5] = make_float4(qq, kk, qk, 0.0f);
+  const RowValues r = row_values(p, in, bias, a_coef);
+  sm.q[buf][tid] = r.q;
+  sm.k[buf][tid] = r.k;
+  sm.alpha[buf][tid] = r.alpha;
+  store_row_sums(r.q, r.k, tid, sm.sums[buf]);
 }
 
 // ---- the token update --------------------------------------------------------------------------
@@ -342,21 +231,11 @@ __device__ __forceinline__ void token_prologue(const RecurrentParams& p, const R
 template <class Tr>
 __device__ __forceinline__ void token_update(const RecurrentParams& p, StateTile<Tr>& S,
                                              const TokenSmem<Tr>& sm, int buf,
-                                             const ColumnInputs<Tr>& col, int64_t tok, int hv) {
+                                             const ColumnInputs<Tr::kTileE>& col, int64_t tok,
+                                             int hv) {
   const int64_t row_v = (tok * p.HV + hv) * Tr::kV;
-  // l2norm and scale factors, summed in a fixed order (the same on every thread).
-  float qq = 0.0f, kk = 0.0f, qk = 0.0f;
-#pragma unroll
-  for (int w = 0; w < Tr::kPrologueWarps; ++w) {
-    const float4 s4 = sm.sums[buf][w];
-    qq += s4.x;
-    kk += s4.y;
-    qk += s4.z;
-  }
-  const float rq = p.l2norm ? 1.0f / sqrtf(qq + kL2NormEps) : 1.0f;
-  const float rk = p.l2norm ? 1.0f / sqrtf(kk + kL2NormEps) : 1.0f;
-  const float q_scale = rq * p.scale;
-  const float kq = qk * q_scale * rk;  // (k . q) of the normalised, scaled vectors
+  const TokenNorms nm = token_norms<Tr::kPrologueWarps>(p, sm.sums[buf]);
+  const float rk = nm.rk, q_scale = nm.q_scale, kq = nm.kq;
 
   // One pass over the tile: decay, and the partial sums of a = S'^T k, b = S'^T q.
   float a[Tr::kTileE], b[Tr::kTileE];
@@ -384,16 +263,7 @@ __device__ __forceinline__ void token_update(const RecurrentParams& p, StateTile
 
   // v' = beta (v - a); o = b + v' (k . q).
   float vn[Tr::kTileE];
-  if (p.headwise_beta) {
-#pragma unroll
-    for (int i = 0; i < Tr::kTileE; ++i)
-      vn[i] = beta_activation(p, bits_to_f32(col.beta[i], p.beta_dtype)) *
-              (bits_to_f32(col.v[i], p.v_dtype) - a[i]);
-  } else {
-    const float beta = beta_activation(p, bits_to_f32(col.beta[0], p.beta_dtype));
-#pragma unroll
-    for (int i = 0; i < Tr::kTileE; ++i) vn[i] = beta * (bits_to_f32(col.v[i], p.v_dtype) - a[i]);
-  }
+  delta_values(p, col, a, vn);
   if (S.lane_d == 0) {
 #pragma unroll
     for (int i = 0; i < Tr::kTileE; ++i)
@@ -410,26 +280,27 @@ __device__ __forceinline__ void token_update(const RecurrentParams& p, StateTile
 }
 
 // Every token of one item (sequence n, value head hv, this CTA's value slice) with the state in
-// S, and the final-state store: the part both kernels (kernel.cuh, persistent.cuh) share. Per
+// S, and the final-state store (kernel.cuh). Per
 // token: prefetch of token t + 1, prologue (smem) -> the one barrier -> token_update -> the state
 // store to pool slot state_indices[n, t] or final_state[tok] (pool mode); the caller has loaded
 // token 0's inputs into row / col.
 template <class Tr>
 __device__ __forceinline__ void run_tokens(const RecurrentParams& p, StateTile<Tr>& S,
-                                           TokenSmem<Tr>& smem, RowInputs row, ColumnInputs<Tr> col,
-                                           float bias, float a_coef, int64_t bos, int64_t len,
-                                           int n, int h, int hv, int tid) {
+                                           TokenSmem<Tr>& smem, RowInputs row,
+                                           ColumnInputs<Tr::kTileE> col, float bias, float a_coef,
+                                           int64_t bos, int64_t len, int n, int h, int hv,
+                                           int tid) {
   for (int64_t t = 0; t < len; ++t) {
     const int buf = static_cast<int>(t & 1);
     // Prefetch token t + 1 (its latency overlaps this token's update).
     RowInputs next_row = row;
-    ColumnInputs<Tr> next_col = col;
+    ColumnInputs<Tr::kTileE> next_col = col;
     if (t + 1 < len) {
       next_row = load_row_inputs<Tr>(p, bos + t + 1, t + 1, n, h, hv, tid);
-      if constexpr (Tr::kPrefetchColumns) next_col = load_column_inputs<Tr>(p, S, bos + t + 1, hv);
+      if constexpr (Tr::kPrefetchColumns) next_col = load_tile_columns<Tr>(p, S, bos + t + 1, hv);
     }
     if constexpr (!Tr::kPrefetchColumns) {
-      if (t > 0) col = load_column_inputs<Tr>(p, S, bos + t, hv);  // still before the barrier
+      if (t > 0) col = load_tile_columns<Tr>(p, S, bos + t, hv);  // still before the barrier
     }
 
     token_prologue<Tr>(p, row, bias, a_coef, buf, tid, smem);

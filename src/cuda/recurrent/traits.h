@@ -66,3 +66,56 @@ struct RecurrentTraits {
 };
 
 }  // namespace openkda::cuda::recurrent
+
+namespace openkda::cuda::recurrent {
+
+// Compile-time configuration of the streaming kernel (stream.cuh) for an fp32 state: one CTA of
+// kThreads = 256 threads per (sequence, value head), the whole K x V head in shared memory.
+//
+// The tile keeps the memory layout of the state: rows of kInner contiguous floats (e for [K, V],
+// d for [V, K]), kOuter rows. Every warp access is 4 rows x one 128-byte segment (8 lanes x 16
+// bytes per row, lane = 8 row_lane + seg_lane), so each 8-lane phase of a 16-byte shared access
+// covers 32 distinct banks (conflict-free on the unpadded layout that the bulk copy writes).
+//
+//   [K, V]: warp w owns segment w % kSegments (32 columns e) and row group w / kSegments
+//     (kWarpRows rows d, 4 per access). A thread owns 4 columns e = 32 seg + 4 seg_lane + m and
+//     rows d = kWarpRows group + row_lane + 4 i (i < kRowSteps). The reduction over d is
+//     in-thread, then over row_lane (xor 8, 16), then over the kRowGroups warps through shared
+//     memory.
+//   [V, K]: warp w owns kWarpRows rows e (4 per access) and every segment. A thread owns rows
+//     e = kWarpRows w + row_lane + 4 r (r < kRowSteps) and d = 32 s + 4 seg_lane + m (s <
+//     kSegments). The reduction over d is in-thread, then over seg_lane (xor 1, 2, 4).
+template <int kK_, int kV_, bool kVFirst_>
+struct StreamTraits {
+  static constexpr int kK = kK_;
+  static constexpr int kV = kV_;
+  static constexpr bool kVFirst = kVFirst_;
+
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kInner = kVFirst ? kK : kV;  // contiguous floats per tile row
+  static constexpr int kOuter = kVFirst ? kV : kK;  // tile rows
+  static constexpr int kRowRuns = kInner / 4;       // 16-byte runs per tile row
+  static constexpr int kSegments = kInner / 32;     // 128-byte segments per tile row
+  static constexpr int kRowGroups = kVFirst ? 1 : kWarps / kSegments;  // warps sharing columns
+  static constexpr int kWarpRows = kOuter / (kVFirst ? kWarps : kRowGroups);
+  static constexpr int kRowSteps = kWarpRows / 4;  // warp accesses along the rows
+  static constexpr int kThreadSegments = kVFirst ? kSegments : 1;
+  static constexpr int kRuns = kRowSteps * kThreadSegments;  // 16-byte runs of S per thread
+  static constexpr int kColumns = kVFirst ? kRowSteps : 4;   // value columns e per thread
+  static constexpr int kHeadElems = kK * kV;
+  static constexpr int kHeadBytes = kHeadElems * 4;
+  static constexpr int kPrologueWarps = kK / 32;  // warps that own one row d per thread
+  // NOTE: three 64 KB tiles per SM (shared memory allows no more at K = V = 128) need at most 85
+  // registers a thread; smaller heads keep the same bound.
+  static constexpr int kMinBlocksPerSm = 3;
+
+  static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
+  static_assert(kV == 64 || kV == 128, "compiled head dims: V in {64, 128}");
+  static_assert(kWarps % kSegments == 0, "[K, V]: the warps tile the segments evenly");
+  static_assert(kWarpRows % 4 == 0, "a warp access covers 4 rows");
+  static_assert(kRuns * 4 * kThreads == kHeadElems, "the threads tile the head exactly once");
+  static_assert(kK <= kThreads, "the prologue gives one row d to one thread");
+};
+
+}  // namespace openkda::cuda::recurrent
