@@ -181,10 +181,10 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     if (p.dt_bias) {
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
-        bias[e] = load_elem(p.dt_bias, p.dt_bias_dtype, int64_t{hv} * Tr::kK + d0 + e);
+        bias[e] = load_f32(p.dt_bias, p.dt_bias_dtype, int64_t{hv} * Tr::kK + d0 + e);
       }
     }
-    if (p.A_log) head_factor = exp_f32(load_elem(p.A_log, p.A_log_dtype, hv));
+    if (p.A_log) head_factor = exp_f32(load_f32(p.A_log, p.A_log_dtype, hv));
   }
 
 #pragma unroll
@@ -222,7 +222,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   if (static_cast<int>(threadIdx.x) < Tr::kBT) {
     sBeta[threadIdx.x] =
         static_cast<int>(threadIdx.x) < cc.nv
-            ? beta_activation(p, load_elem(p.beta, p.beta_dtype, (cc.t0 + threadIdx.x) * p.HV + hv))
+            ? beta_activation(p, load_f32(p.beta, p.beta_dtype, (cc.t0 + threadIdx.x) * p.HV + hv))
             : 0.0f;
   }
 }

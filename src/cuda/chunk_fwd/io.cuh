@@ -4,7 +4,7 @@
 //
 // load_run / store_run move N consecutive elements as one aligned vector access (N * size bytes);
 // the caller guarantees the alignment (16-byte aligned base, N | row length, element index a
-// multiple of N). load_elem / store_elem move one element.
+// multiple of N). One element moves through load_f32 / store_f32 (common/math.cuh).
 #pragma once
 
 #include <cstdint>
@@ -30,24 +30,6 @@ __device__ __forceinline__ void load_run(const void* base, DType dtype, int64_t 
     case DType::kF16: load_run_as<__half, N>(base, idx, out); break;
     case DType::kF64: load_run_as<double, N>(base, idx, out); break;
     default: load_run_as<float, N>(base, idx, out); break;
-  }
-}
-
-__device__ __forceinline__ float load_elem(const void* base, DType dtype, int64_t idx) {
-  switch (dtype) {
-    case DType::kBF16: return to_f32(static_cast<const __nv_bfloat16*>(base)[idx]);
-    case DType::kF16: return to_f32(static_cast<const __half*>(base)[idx]);
-    case DType::kF64: return to_f32(static_cast<const double*>(base)[idx]);
-    default: return static_cast<const float*>(base)[idx];
-  }
-}
-
-__device__ __forceinline__ void store_elem(void* base, DType dtype, int64_t idx, float x) {
-  switch (dtype) {
-    case DType::kBF16: static_cast<__nv_bfloat16*>(base)[idx] = from_f32<__nv_bfloat16>(x); break;
-    case DType::kF16: static_cast<__half*>(base)[idx] = from_f32<__half>(x); break;
-    case DType::kF64: static_cast<double*>(base)[idx] = static_cast<double>(x); break;
-    default: static_cast<float*>(base)[idx] = x; break;
   }
 }
 

@@ -52,11 +52,10 @@ __device__ __forceinline__ void load_state(const void* src, DType dtype, int64_t
   for (int nt = 0; nt < kK / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nt][e] = src == nullptr
-                     ? 0.0f
-                     : load_elem(src, dtype,
-                                 state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2,
-                                             vcol + 8 * (e / 2)));
+      s[nt][e] = src == nullptr ? 0.0f
+                                : load_f32(src, dtype,
+                                           state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2,
+                                                       vcol + 8 * (e / 2)));
     }
   }
 }
@@ -69,9 +68,9 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
   for (int nt = 0; nt < kK / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      store_elem(dst, dtype,
-                 state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2, vcol + 8 * (e / 2)),
-                 s[nt][e]);
+      store_f32(dst, dtype,
+                state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2, vcol + 8 * (e / 2)),
+                s[nt][e]);
     }
   }
 }
@@ -217,7 +216,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = 8 * nn + 2 * t + e % 2;
-      if (i < nv) store_elem(p.o, p.o_dtype, o_base + i * o_row_stride + 8 * (e / 2), o[nn][e]);
+      if (i < nv) store_f32(p.o, p.o_dtype, o_base + i * o_row_stride + 8 * (e / 2), o[nn][e]);
     }
   }
 

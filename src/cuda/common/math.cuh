@@ -16,6 +16,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
+#include "openkda/tensor_ref.h"
+
 namespace openkda::cuda {
 
 // ---- storage <-> f32 --------------------------------------------------------------------------
@@ -49,6 +53,26 @@ __device__ __forceinline__ __half from_f32<__half>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+
+// Element i of a tensor whose dtype (f16, bf16, f32, f64) is a run-time value, as f32, and the
+// store of an f32 value into one (rounded to nearest even). The switch is uniform over a launch.
+__device__ __forceinline__ float load_f32(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kF16: return to_f32(static_cast<const __half*>(p)[i]);
+    case DType::kF64: return to_f32(static_cast<const double*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store_f32(void* p, DType dtype, int64_t i, float x) {
+  switch (dtype) {
+    case DType::kF16: static_cast<__half*>(p)[i] = from_f32<__half>(x); break;
+    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(x); break;
+    case DType::kF64: static_cast<double*>(p)[i] = static_cast<double>(x); break;
+    default: static_cast<float*>(p)[i] = x; break;
+  }
 }
 
 // ---- activations (f32) ------------------------------------------------------------------------

@@ -52,32 +52,13 @@ struct GateParams {
   float lower_bound = 0.0f;       // L
 };
 
-// Element i of a small parameter tensor of runtime dtype, as f32 (once per thread, not per row).
-__device__ __forceinline__ float load_param(const void* p, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF16: return to_f32(static_cast<const __half*>(p)[i]);
-    case DType::kBF16: return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::kF64: return to_f32(static_cast<const double*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_param(void* p, DType dtype, int64_t i, float v) {
-  switch (dtype) {
-    case DType::kF16: static_cast<__half*>(p)[i] = from_f32<__half>(v); break;
-    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(v); break;
-    case DType::kF64: static_cast<double*>(p)[i] = static_cast<double>(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
-
 // Per-head factor of the activation: softplus gate -exp(A_log[h]) (A_log null: -exp(1), as FLA's
 // kernel loads 1.0 for a missing A_log); lower-bound gate exp(A_log[h]) (A_log null: 1).
 __device__ __forceinline__ float gate_head_factor(const GateParams& p, int64_t head) {
   if (p.lower_bound_gate) {
-    return p.A_log ? exp_f32(load_param(p.A_log, p.A_log_dtype, head)) : 1.0f;
+    return p.A_log ? exp_f32(load_f32(p.A_log, p.A_log_dtype, head)) : 1.0f;
   }
-  const float a_log = p.A_log ? load_param(p.A_log, p.A_log_dtype, head) : 1.0f;
+  const float a_log = p.A_log ? load_f32(p.A_log, p.A_log_dtype, head) : 1.0f;
   return -exp_f32(a_log);
 }
 

@@ -23,7 +23,7 @@ template <int kVec>
 __device__ __forceinline__ void load_bias(const GateParams& p, int64_t c0, float (&bias)[kVec]) {
 #pragma unroll
   for (int v = 0; v < kVec; ++v) {
-    bias[v] = p.dt_bias ? load_param(p.dt_bias, p.dt_bias_dtype, c0 + v) : 0.0f;
+    bias[v] = p.dt_bias ? load_f32(p.dt_bias, p.dt_bias_dtype, c0 + v) : 0.0f;
   }
 }
 
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(GateTraits::kReduceThreads)
       if (y < s) sSum[t] += sSum[t + s * Tr::kReduceCols];
       __syncthreads();
     }
-    if (y == 0 && c < p.cols) store_param(p.ddt_bias, p.ddt_bias_dtype, c, sSum[t]);
+    if (y == 0 && c < p.cols) store_f32(p.ddt_bias, p.ddt_bias_dtype, c, sSum[t]);
     return;
   }
 
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(GateTraits::kReduceThreads)
     if (t < s) sSum[t] += sSum[t + s];
     __syncthreads();
   }
-  if (t == 0) store_param(p.dA_log, p.dA_log_dtype, head, sSum[0]);
+  if (t == 0) store_f32(p.dA_log, p.dA_log_dtype, head, sSum[0]);
 }
 
 }  // namespace openkda::cuda

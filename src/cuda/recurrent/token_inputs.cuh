@@ -39,15 +39,6 @@ __device__ __forceinline__ float bits_to_f32(uint32_t bits, DType dtype) {
   }
 }
 
-__device__ __forceinline__ void store_f32(void* p, DType dtype, int64_t i, float x) {
-  switch (dtype) {
-    case DType::kF16: static_cast<__half*>(p)[i] = from_f32<__half>(x); break;
-    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(x); break;
-    case DType::kF64: static_cast<double*>(p)[i] = static_cast<double>(x); break;
-    default: static_cast<float*>(p)[i] = x; break;
-  }
-}
-
 // Indices (i32 | i64) as raw 64-bit words (i32 zero-extended), sign-extended at use.
 __device__ __forceinline__ uint64_t load_index_bits(const void* p, DType dtype, int64_t i) {
   return dtype == DType::kI32 ? static_cast<uint64_t>(static_cast<const uint32_t*>(p)[i])
