@@ -94,12 +94,15 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
 }
 
 // ---- scan: one CTA per (sequence, value head, V slice) ----------------------------------------
-template <int kK, int kBT>
-__global__ void __launch_bounds__(ScanTraits<kK, kBT>::kMaxThreads, 1)
-    openkda_fwd_scan_kernel(const ChunkFwdParams p) {
+// kWarps = vs / 16 (4 or 8: one or two warpgroups), a compile-time value so that the tile loaders
+// unroll (launch_scan picks it from p.vs).
+template <int kK, int kBT, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const ChunkFwdParams p) {
   using Tr = ScanTraits<kK, kBT>;
   extern __shared__ float4 smem_f4[];
-  float* smem = reinterpret_cast<float*>(smem_f4);
+  // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack).
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_f4) + (Tr::kAlign - 1)) & ~uintptr_t{Tr::kAlign - 1});
 
   const int64_t cta = blockIdx.x;
   const int slice = static_cast<int>(cta % p.vsplit);
@@ -130,9 +133,10 @@ __global__ void __launch_bounds__(ScanTraits<kK, kBT>::kMaxThreads, 1)
   const auto chunk_rows = [&](int64_t c) {
     return static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
   };
-  if (nchunks > 0) scan_load_wq<Tr>(p, hv, span.bos, chunk_rows(0), smem);
+  if (nchunks > 0) scan_load_wq<Tr, 32 * kWarps>(p, hv, span.bos, chunk_rows(0), smem);
   cp_async_commit();
-  if (nchunks > 0) scan_load_rest<Tr>(p, hv, span.bos, chunk_rows(0), first_chunk, v0, smem);
+  if (nchunks > 0)
+    scan_load_rest<Tr, 32 * kWarps>(p, hv, span.bos, chunk_rows(0), first_chunk, v0, smem);
   cp_async_commit();
 
   for (int64_t c = 0; c < nchunks; ++c) {
@@ -143,17 +147,20 @@ __global__ void __launch_bounds__(ScanTraits<kK, kBT>::kMaxThreads, 1)
     if (p.h != nullptr && slot < p.h_chunks) {
       store_state<kK>(p.h, p.h_dtype, (slot * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
-    cp_async_wait_group<1>();  // WQ(c)
+    cp_async_wait_group<1>();    // WQ(c)
+    fence_proxy_async_shared();  // sW / sQg are read by wgmma (the async proxy)
     __syncthreads();
     scan_step<Tr>(p, hv, t0, nv, v0, smem, s, [&]() {
       __syncthreads();  // every warp is done with sW / sQg of chunk c
-      if (has_next) scan_load_wq<Tr>(p, hv, t0 + kBT, chunk_rows(c + 1), smem);
+      if (has_next) scan_load_wq<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), smem);
       cp_async_commit();
-      cp_async_wait_group<1>();  // REST(c)
+      cp_async_wait_group<1>();    // REST(c)
+      fence_proxy_async_shared();  // sA is read by wgmma
       __syncthreads();
     });
     __syncthreads();  // every warp is done with sKg / sA / sU / sGamma of chunk c
-    if (has_next) scan_load_rest<Tr>(p, hv, t0 + kBT, chunk_rows(c + 1), slot + 1, v0, smem);
+    if (has_next)
+      scan_load_rest<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), slot + 1, v0, smem);
     cp_async_commit();
   }
   cp_async_wait_all();  // only empty groups can be left; nothing in flight at exit
@@ -163,6 +170,9 @@ __global__ void __launch_bounds__(ScanTraits<kK, kBT>::kMaxThreads, 1)
 }
 
 // ---- launchers (explicitly instantiated in instantiations/*.cu) -------------------------------
+template <int kK, int kBT, int kWarps>
+struct ScanKernelTag {};  // one cached shared-memory set-up per scan kernel
+
 template <int kThreads>
 cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream) {
   openkda_fwd_chunk_index_kernel<kThreads><<<1, kThreads, 0, stream>>>(p);
@@ -180,17 +190,23 @@ cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int kK, int kBT>
-cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
+template <int kK, int kBT, int kWarps>
+cudaError_t launch_scan_warps(const ChunkFwdParams& p, cudaStream_t stream) {
   using Tr = ScanTraits<kK, kBT>;
-  const auto kernel = openkda_fwd_scan_kernel<kK, kBT>;
-  const cudaError_t err =
-      set_max_dynamic_smem_once<Tr>(kernel, static_cast<int>(Tr::smem_bytes(Tr::kMaxWarps * 16)));
+  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps>;
+  constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps));
+  const cudaError_t err = set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps>>(kernel, kSmem);
   if (err != cudaSuccess) return err;
   const int64_t ctas = p.N * p.HV * p.vsplit;
-  const int threads = 32 * (p.vs / Tr::kWarpRows);
-  kernel<<<static_cast<unsigned>(ctas), threads, Tr::smem_bytes(p.vs), stream>>>(p);
+  kernel<<<static_cast<unsigned>(ctas), 32 * kWarps, kSmem, stream>>>(p);
   return cudaGetLastError();
+}
+
+// vs in {64, 128} (launch.cu's choose_vsplit): 4 or 8 warps.
+template <int kK, int kBT>
+cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
+  return p.vs == 64 ? launch_scan_warps<kK, kBT, 4>(p, stream)
+                    : launch_scan_warps<kK, kBT, 8>(p, stream);
 }
 
 }  // namespace openkda::cuda::chunk_forward

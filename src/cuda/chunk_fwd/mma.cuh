@@ -70,6 +70,14 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* src, bool va
                : "memory");
 }
 
+// The same with a shared-window address.
+__device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
 // Waits for every cp.async this thread issued (the caller then syncs the block).
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");

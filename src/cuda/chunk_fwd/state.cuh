@@ -7,23 +7,37 @@
 //   v_new = u - w S                                   [BT, V]
 //   o     = qg S + A_qk v_new                         [BT, V]   (scale is inside qg and A_qk)
 //   S     = diag(gamma) S + kg^T v_new
-// The state is held transposed, S^T [V, K], in f32 mma accumulators: warp w of the CTA owns the
-// 16 value columns v0 + 16 w .. v0 + 16 w + 15 (rows of S^T) and all K rows, K / 2 registers per
-// thread. Every product is mma.sync m16n8k8 tf32 with f32 accumulation (w, qg, kg and A_qk come
-// tf32-rounded from the prep kernel and are passed as raw bits; S^T and v_new are rounded here):
-//   X^T = S^T w^T,  O^T = S^T qg^T          A = S^T (the accumulators, paired k order), k = d
-//   O^T += v_new^T A_qk^T                   A = v_new^T (accumulators), k = j; blocks j > i skipped
-//   U^T = v_new^T kg;  S^T = S^T diag(gamma) + U^T   (the final add is an IEEE f32 fma)
-// so the value columns of one CTA never need another CTA's data: the V split is exact.
+// The state is held transposed, S^T [V, K], in f32 accumulators: warpgroup wg of the CTA owns the
+// 64 value columns v0 + 64 wg .. + 63 (rows of S^T; warp w the 16 from v0 + 16 w) and all K rows,
+// K / 2 registers per thread. Products (tf32 operands, f32 accumulation; w, qg, kg and A_qk come
+// tf32-rounded from the prep kernel, S^T and v_new are rounded here):
+//   X^T = S^T w^T,  O^T = S^T qg^T     wgmma m64 x BT x 8, A = S^T (registers), B = sW / sQg
+//   O^T += v_new^T A_qk^T              wgmma, A = v_new^T (registers), B = sA
+//   U^T = v_new^T kg                   mma.sync m16n8k8 per warp (tf32 wgmma has no transposed B,
+//                                      and kg is stored [j][d]); S^T = S^T diag(gamma) + U^T
+//                                      (the final add is an IEEE f32 fma)
+// wgmma reads each B tile once per warpgroup instead of once per warp.
+//
+// Column orders (why the loaders permute rows): an accumulator tile holds columns (2t, 2t + 1)
+// in thread t, an A fragment columns (t, t + 4). Every accumulator that feeds a later product as
+// A therefore keeps its 8-column tiles in the pair order sigma = [0, 4, 1, 5, 2, 6, 3, 7]:
+// physical column 8 n + p holds logical index 8 n + sigma(p), so thread t's pair is the logical
+// (t, t + 4) and the tile is an A fragment as it stands. S^T gets that order from the kg columns
+// its update reads (sigma(g)); X^T and O^T get it from the rows of sW, sQg and sA, which the
+// loaders store at row p = the chunk row scan_row(p); v_new inherits it from X^T. So
+//   S^T register (nt, e) is d = 8 nt + t + 4 (e % 2); X^T, O^T, v_new^T (nn, e) are row
+//   j = 8 nn + t + 4 (e % 2) of the chunk,
+// and every product sums over logical indices in natural order (the B tiles keep natural K).
+// So the value columns of one CTA never need another CTA's data: the V split is exact.
 // Exactly causal: row i of o only sums terms j <= i (A_qk is exactly 0 above the diagonal).
 //
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
-// (n * HV + hv) * vsplit + slice, vs / 16 warps. The CTA walks the sequence's chunks in order.
-// Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K + 8], sKg [BT][K + 4],
-// sA [BT][BT + 8], sGamma [K], sU [BT][vs + 4]: 140 KB for K = 128, BT = 64, vs = 64.
-// Pipeline (kernels.cuh): the next chunk's sW / sQg load while this chunk finishes (after the
-// first products), its sKg / sA / sU / sGamma while the next chunk's first products run; two
-// cp.async groups per chunk, no extra shared memory.
+// (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
+// chunks in order. Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K] and sA
+// [BT][BT] swizzled, sKg [BT][K + 8], sGamma [K], sU [BT][vs + 4]: 149 KB at K = 128, BT = 64,
+// vs = 128. Pipeline (kernels.cuh): the next chunk's sW / sQg load while this chunk finishes
+// (after the first products), its sKg / sA / sU / sGamma while the next chunk's first products
+// run; two cp.async groups per chunk, no extra shared memory.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +47,8 @@
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/traits.h"
+#include "cuda/chunk_fwd/wgmma.cuh"
+#include "cuda/common/bulk_copy.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
@@ -42,8 +58,13 @@ __device__ __forceinline__ int64_t state_index(int64_t base, int K, int V, bool 
   return v_first ? base + int64_t{v} * K + d : base + int64_t{d} * V + v;
 }
 
+// Chunk row held by physical row (or column) p of a pair-ordered tile (see the header).
+__device__ __forceinline__ int scan_row(int p) {
+  return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2);
+}
+
 // This thread's S^T fragment: element (v, d) of tile nt, register e, is
-// v = vcol + 8 (e / 2), d = 8 nt + 2 (lane % 4) + e % 2; vcol = v of fragment row g.
+// v = vcol + 8 (e / 2), d = 8 nt + (lane % 4) + 4 (e % 2) (pair order); vcol = v of row g.
 template <int kK>
 __device__ __forceinline__ void load_state(const void* src, DType dtype, int64_t base, int V,
                                            bool v_first, int vcol, float (&s)[kK / 8][4]) {
@@ -52,10 +73,11 @@ __device__ __forceinline__ void load_state(const void* src, DType dtype, int64_t
   for (int nt = 0; nt < kK / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nt][e] = src == nullptr ? 0.0f
-                                : load_f32(src, dtype,
-                                           state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2,
-                                                       vcol + 8 * (e / 2)));
+      s[nt][e] = src == nullptr
+                     ? 0.0f
+                     : load_f32(src, dtype,
+                                state_index(base, kK, V, v_first, 8 * nt + t + 4 * (e % 2),
+                                            vcol + 8 * (e / 2)));
     }
   }
 }
@@ -69,7 +91,7 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       store_f32(dst, dtype,
-                state_index(base, kK, V, v_first, 8 * nt + 2 * t + e % 2, vcol + 8 * (e / 2)),
+                state_index(base, kK, V, v_first, 8 * nt + t + 4 * (e % 2), vcol + 8 * (e / 2)),
                 s[nt][e]);
     }
   }
@@ -79,81 +101,113 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
 // so that the scan kernel can prefetch the next chunk into buffers as soon as they are dead:
 //   scan_load_wq    sW, sQg                (read only by the first products of scan_step)
 //   scan_load_rest  sKg, sA, sU, sGamma    (read only after scan_step's mid-chunk hook)
-template <class Tr>
-__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                             float* smem) {
-  constexpr int kK = Tr::kK, kBT = Tr::kBT;
-  const int64_t row0 = int64_t{hv} * p.tokens + t0;
-  const float* gW = p.w + row0 * kK;
-  const float* gQg = p.qg + row0 * kK;
-  float* sW = smem + Tr::kOffW;
-  float* sQg = smem + Tr::kOffQg;
-  constexpr int kC4 = kK / 4;
-  for (int idx = threadIdx.x; idx < kBT * kC4; idx += blockDim.x) {
-    const int r = idx / kC4, c = 4 * (idx % kC4);
-    const bool valid = r < nv;
-    const int64_t off = int64_t{valid ? r : 0} * kK + c;
-    cp_async_16(sW + r * Tr::kLdW + c, gW + off, valid);
-    cp_async_16(sQg + r * Tr::kLdW + c, gQg + off, valid);
+// sW, sQg and sA are swizzled wgmma tiles whose physical row p holds chunk row scan_row(p).
+//
+// copy_rows: kRows rows of kC4 16-byte chunks. Thread tid copies chunk c = tid % kC4 of tile
+// rows r0 + kStep i (r0 = tid / kC4, kStep = kThreads / kC4). Rows 8 apart share the swizzle
+// phase and shift scan_row by 8, so the offsets of a thread's first kPhases rows are computed
+// once and every copy after them is a base plus a compile-time offset. A full chunk (nv = kRows)
+// takes the unpredicated path.
+template <int kThreads, int kRows, int kC4, int kRowBytes, bool kSwizzle, bool kPairRows>
+__device__ __forceinline__ void copy_rows(uint32_t dst, const float* src, int64_t src_ld, int nv) {
+  static_assert(kThreads % kC4 == 0, "whole rows per pass");
+  constexpr int kStep = kThreads / kC4;
+  static_assert(kRows % kStep == 0 && (kStep % 8 == 0 || 8 % kStep == 0), "row passes");
+  constexpr int kPhases = kStep >= 8 ? 1 : 8 / kStep;
+  constexpr int kGroups =
+      kRows / (kStep * kPhases);             // copies per phase, 8 kStep kPhases / 8 rows apart
+  constexpr int kAdvance = kStep * kPhases;  // rows between copies of one phase
+  constexpr int kAdvanceBytes = kAdvance * (kSwizzle ? 128 : kRowBytes);
+  const int c = static_cast<int>(threadIdx.x) % kC4, r0 = static_cast<int>(threadIdx.x) / kC4;
+#pragma unroll
+  for (int ph = 0; ph < kPhases; ++ph) {
+    const int r = r0 + ph * kStep;
+    const int row = kPairRows ? scan_row(r) : r;
+    const uint32_t d = dst + (kSwizzle ? swizzled_offset<kRows>(r, c)
+                                       : static_cast<uint32_t>(r * kRowBytes + 16 * c));
+    const float* s = src + row * src_ld + 4 * c;
+    const int64_t s_step = kAdvance * src_ld;
+    // NOTE: rolled loops: a pointer and an address advance per copy. Unrolled, the compiler
+    // keeps every copy's 64-bit address live at once, and the mid-chunk loader spills.
+    if (nv >= kRows) {
+#pragma unroll 1
+      for (int m = 0; m < kGroups; ++m)
+        cp_async_16_shared(d + m * kAdvanceBytes, s + m * s_step, true);
+    } else {
+#pragma unroll 1
+      for (int m = 0; m < kGroups; ++m) {
+        const bool valid = row + m * kAdvance < nv;
+        cp_async_16_shared(d + m * kAdvanceBytes, valid ? s + m * s_step : src, valid);
+      }
+    }
   }
 }
 
-template <class Tr>
-__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                               int64_t slot, int v0, float* smem) {
+template <class Tr, int kThreads>
+__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
+                                             unsigned char* smem) {
   constexpr int kK = Tr::kK, kBT = Tr::kBT;
   const int64_t row0 = int64_t{hv} * p.tokens + t0;
-  const float* gKg = p.kg + row0 * kK;
-  const float* gA = p.aqk + row0 * kBT;
-  const float* gU = p.u + row0 * p.V + v0;
-  const float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * kK;
-  float* sKg = smem + Tr::kOffKg;
-  float* sA = smem + Tr::kOffA;
-  float* sGamma = smem + Tr::kOffGamma;
-  float* sU = smem + Tr::kOffU;
-  const int ld_u = Tr::ld_u(p.vs);
+  copy_rows<kThreads, kBT, kK / 4, 0, true, true>(smem_address(smem + Tr::kOffW), p.w + row0 * kK,
+                                                  kK, nv);
+  copy_rows<kThreads, kBT, kK / 4, 0, true, true>(smem_address(smem + Tr::kOffQg), p.qg + row0 * kK,
+                                                  kK, nv);
+}
 
-  constexpr int kC4 = kK / 4;
-  for (int idx = threadIdx.x; idx < kBT * kC4; idx += blockDim.x) {
-    const int r = idx / kC4, c = 4 * (idx % kC4);
-    const bool valid = r < nv;
-    cp_async_16(sKg + r * Tr::kLdKg + c, gKg + int64_t{valid ? r : 0} * kK + c, valid);
+template <class Tr, int kThreads>
+__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
+                                               int64_t slot, int v0, unsigned char* smem) {
+  constexpr int kK = Tr::kK, kBT = Tr::kBT;
+  constexpr int kVs = kThreads / 2;  // 16 value columns per warp
+  const int64_t row0 = int64_t{hv} * p.tokens + t0;
+  copy_rows<kThreads, kBT, kK / 4, Tr::kLdKg * 4, false, false>(smem_address(smem + Tr::kOffKg),
+                                                                p.kg + row0 * kK, kK, nv);
+  copy_rows<kThreads, kBT, kBT / 4, 0, true, true>(smem_address(smem + Tr::kOffA),
+                                                   p.aqk + row0 * kBT, kBT, nv);
+  copy_rows<kThreads, kBT, kVs / 4, Tr::ld_u(kVs) * 4, false, false>(
+      smem_address(smem + Tr::kOffU), p.u + row0 * p.V + v0, p.V, nv);
+  if (threadIdx.x < kK / 4) {
+    const float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * kK;
+    cp_async_16_shared(smem_address(smem + Tr::kOffGamma) + 16 * threadIdx.x,
+                       gGamma + 4 * threadIdx.x, true);
   }
-  constexpr int kA4 = kBT / 4;
-  for (int idx = threadIdx.x; idx < kBT * kA4; idx += blockDim.x) {
-    const int r = idx / kA4, c = 4 * (idx % kA4);
-    const bool valid = r < nv;
-    cp_async_16(sA + r * Tr::kLdA + c, gA + int64_t{valid ? r : 0} * kBT + c, valid);
-  }
-  // vs / 4 is a power of two (vs = V / vsplit, V in {64, 128}, vsplit a power of two, vs >= 16):
-  // shifts, not a run-time division per copy.
-  const int u4 = p.vs / 4, u4_log2 = __ffs(u4) - 1;
-  for (int idx = threadIdx.x; idx < kBT * u4; idx += blockDim.x) {
-    const int r = idx >> u4_log2, c = 4 * (idx & (u4 - 1));
-    const bool valid = r < nv;
-    cp_async_16(sU + r * ld_u + c, gU + int64_t{valid ? r : 0} * p.V + c, valid);
-  }
-  for (int idx = threadIdx.x; idx < kK / 4; idx += blockDim.x) {
-    cp_async_16(sGamma + 4 * idx, gGamma + 4 * idx, true);
+}
+
+// This thread's o values (pair order: tile nn, register e is row i = 8 nn + t + 4 (e % 2), value
+// column g + 8 (e / 2)) for rows i < nv, as T.
+template <typename T, int kNJ>
+__device__ __forceinline__ void store_o_rows(const ChunkFwdParams& p, int64_t o_base, int t, int nv,
+                                             const float (&o)[kNJ][4]) {
+  T* dst = static_cast<T*>(p.o) + o_base;
+  const int64_t row_stride = int64_t{p.HV} * p.V;
+#pragma unroll
+  for (int nn = 0; nn < kNJ; ++nn) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 8 * nn + t + 4 * (e % 2);
+      if (i < nv) dst[i * row_stride + 8 * (e / 2)] = from_f32<T>(o[nn][e]);
+    }
   }
 }
 
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
-// i < nv are written. On entry sW and sQg hold the chunk's tiles; `mid()` is called by every
+// i < nv are written. On entry sW and sQg hold the chunk's tiles (made visible to wgmma by the
+// caller: fence.proxy.async after the cp.async wait, then a barrier); `mid()` is called by every
 // thread right after the last read of sW / sQg and must return with sKg, sA, sU and sGamma of
-// the chunk visible (the kernel's pipeline: it refills sW / sQg with the next chunk there).
+// the chunk visible the same way (the kernel's pipeline: it refills sW / sQg with the next chunk
+// there).
 template <class Tr, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                          int v0, const float* smem, float (&s)[Tr::kK / 8][4],
-                                          Mid&& mid) {
+                                          int v0, const unsigned char* smem,
+                                          float (&s)[Tr::kK / 8][4], Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
-  const float* sW = smem + Tr::kOffW;
-  const float* sQg = smem + Tr::kOffQg;
-  const float* sKg = smem + Tr::kOffKg;
-  const float* sA = smem + Tr::kOffA;
-  const float* sGamma = smem + Tr::kOffGamma;
-  const float* sU = smem + Tr::kOffU;
+  const uint32_t sW = smem_address(smem + Tr::kOffW);
+  const uint32_t sQg = smem_address(smem + Tr::kOffQg);
+  const uint32_t sA = smem_address(smem + Tr::kOffA);
+  const float* sKg = reinterpret_cast<const float*>(smem + Tr::kOffKg);
+  const float* sGamma = reinterpret_cast<const float*>(smem + Tr::kOffGamma);
+  const float* sU = reinterpret_cast<const float*>(smem + Tr::kOffU);
   const int ld_u = Tr::ld_u(p.vs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
@@ -164,76 +218,80 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   for (int nn = 0; nn < kNJ; ++nn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[nn][e] = o[nn][e] = 0.0f;
+  // NOTE: the A fragments must stay unchanged until their wgmma completes, so S^T is converted
+  // in two halves of K (a wait in between) to bound the live registers (32 instead of 64).
+  static_assert(kNK % 2 == 0, "two halves of the k tiles");
+  wgmma_fence_operands<4 * kNJ>(&x[0][0]);
+  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 #pragma unroll
-  for (int kk = 0; kk < kNK; ++kk) {
-    uint32_t a[4];
-    a_from_acc(s[kk], a);
+  for (int half = 0; half < 2; ++half) {
+    uint32_t a[kNK / 2][4];
 #pragma unroll
-    for (int nn = 0; nn < kNJ; ++nn) {
-      const float2 bw =
-          *reinterpret_cast<const float2*>(sW + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
-      const float2 bq =
-          *reinterpret_cast<const float2*>(sQg + (8 * nn + g) * Tr::kLdW + 8 * kk + 2 * t);
-      mma_tf32(x[nn], a, tf32_bits(bw.x), tf32_bits(bw.y));
-      mma_tf32(o[nn], a, tf32_bits(bq.x), tf32_bits(bq.y));
+    for (int kk = 0; kk < kNK / 2; ++kk) a_from_acc(s[half * kNK / 2 + kk], a[kk]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kNK / 2; ++kk) {
+      const int k = half * kNK / 2 + kk;
+      wgmma_tf32<Tr::kBT>(&x[0][0], a[kk], wgmma_desc<Tr::kBT>(sW, k));
+      wgmma_tf32<Tr::kBT>(&o[0][0], a[kk], wgmma_desc<Tr::kBT>(sQg, k));
     }
+    wgmma_commit();
+    wgmma_wait<0>();
   }
+  wgmma_fence_operands<4 * kNJ>(&x[0][0]);
+  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 
   // sW and sQg are dead from here on; sKg, sA, sU, sGamma are ready after the hook.
   mid();
 
-  // v_new^T = u^T - X^T (rows past the chunk: 0), then as A operands (paired k order).
+  // v_new^T = u^T - X^T (rows past the chunk: 0), then as A operands.
   uint32_t va[kNJ][4];
 #pragma unroll
   for (int nn = 0; nn < kNJ; ++nn) {
     float vn[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int j = 8 * nn + 2 * t + e % 2;
+      const int j = 8 * nn + t + 4 * (e % 2);
       vn[e] = j < nv ? sU[j * ld_u + vl + 8 * (e / 2)] - x[nn][e] : 0.0f;
     }
     a_from_acc(vn, va[nn]);
   }
 
-  // O^T += v_new^T A_qk^T; the blocks with every j > every i (kk > nn) are zero and skipped.
+  // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros).
+  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kNJ; ++kk) {
-#pragma unroll
-    for (int nn = 0; nn < kNJ; ++nn) {
-      if (nn >= kk) {
-        const float2 ba =
-            *reinterpret_cast<const float2*>(sA + (8 * nn + g) * Tr::kLdA + 8 * kk + 2 * t);
-        mma_tf32(o[nn], va[kk], tf32_bits(ba.x), tf32_bits(ba.y));
-      }
-    }
-  }
+  for (int kk = 0; kk < kNJ; ++kk)
+    wgmma_tf32<Tr::kBT>(&o[0][0], va[kk], wgmma_desc<Tr::kBT>(sA, kk));
+  wgmma_commit();
 
-  // o rows i < nv.
-  const int64_t o_row_stride = int64_t{p.HV} * p.V;
-  const int64_t o_base = (t0 * p.HV + hv) * int64_t{p.V} + v0 + vl;
-#pragma unroll
-  for (int nn = 0; nn < kNJ; ++nn) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 8 * nn + 2 * t + e % 2;
-      if (i < nv) store_f32(p.o, p.o_dtype, o_base + i * o_row_stride + 8 * (e / 2), o[nn][e]);
-    }
-  }
-
-  // S^T = S^T diag(gamma) + v_new^T kg, one 8-column tile of d at a time.
+  // S^T = S^T diag(gamma) + v_new^T kg, one 8-column tile of d at a time (mma.sync, while the
+  // O^T product runs); column p of a tile is d = 8 nt + sigma(p).
+  const int dg = (g >> 1) | ((g & 1) << 2);  // sigma(g)
 #pragma unroll
   for (int nt = 0; nt < kNK; ++nt) {
     float upd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int kk = 0; kk < kNJ; ++kk) {
-      const float* b = sKg + (8 * kk + 2 * t) * Tr::kLdKg + 8 * nt + g;
-      mma_tf32(upd, va[kk], tf32_bits(b[0]), tf32_bits(b[Tr::kLdKg]));
+      const float* b = sKg + (8 * kk + t) * Tr::kLdKg + 8 * nt + dg;
+      mma_tf32(upd, va[kk], tf32_bits(b[0]), tf32_bits(b[4 * Tr::kLdKg]));
     }
-    const float gm0 = sGamma[8 * nt + 2 * t], gm1 = sGamma[8 * nt + 2 * t + 1];
+    const float gm0 = sGamma[8 * nt + t], gm1 = sGamma[8 * nt + t + 4];
     s[nt][0] = fmaf(s[nt][0], gm0, upd[0]);
     s[nt][1] = fmaf(s[nt][1], gm1, upd[1]);
     s[nt][2] = fmaf(s[nt][2], gm0, upd[2]);
     s[nt][3] = fmaf(s[nt][3], gm1, upd[3]);
+  }
+  wgmma_wait<0>();
+  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+
+  // o rows i < nv (one dtype switch per chunk).
+  const int64_t o_base = (t0 * p.HV + hv) * int64_t{p.V} + v0 + vl;
+  switch (p.o_dtype) {
+    case DType::kBF16: store_o_rows<__nv_bfloat16>(p, o_base, t, nv, o); break;
+    case DType::kF16: store_o_rows<__half>(p, o_base, t, nv, o); break;
+    case DType::kF64: store_o_rows<double>(p, o_base, t, nv, o); break;
+    default: store_o_rows<float>(p, o_base, t, nv, o); break;
   }
 }
 

@@ -2,8 +2,8 @@
 // memory plan of each kernel, with the bank-conflict and alignment constraints as static_asserts.
 //
 //   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 512 threads per (chunk, value head)
-//   ScanTraits<K, BT>     openkda_fwd_scan_kernel: one CTA of vs / 16 warps per
-//                         (sequence, value head, V slice); vs is a run-time value (16..128)
+//   ScanTraits<K, BT>     openkda_fwd_scan_kernel: one CTA of vs / 16 warps (vs / 64
+//                         warpgroups) per (sequence, value head, V slice); vs in {64, 128}
 //
 // Padding rule for f32 tiles read by mma.sync fragments (32 banks of 4 bytes): a tile read as
 // (row = lane / 4, column = lane % 4) has a row stride = 4 (mod 32); one read as float2 at
@@ -89,40 +89,36 @@ template <int kK_, int kBT_>
 struct ScanTraits {
   static constexpr int kK = kK_;
   static constexpr int kBT = kBT_;
-  static constexpr int kMaxWarps = 8;  // vs = 128 value columns, 16 per warp
-  static constexpr int kMaxThreads = 32 * kMaxWarps;
+  // The kernel's warps (4 or 8: vs = 64 or 128 value columns, one or two warpgroups) are its
+  // third template parameter (kernels.cuh).
   static constexpr int kWarpRows = 16;  // value columns (rows of S^T) per warp
 
-  // Row strides (floats).
-  //   sW, sQg [kBT][kLdW]: B operands of S^T w^T, S^T qg^T, read as float2 at (row g, col 2t).
-  //   sKg [kBT][kLdKg]: B operand of v_new^T kg, read at (row 2t, col g).
-  //   sA [kBT][kLdA]: B operand of v_new^T A_qk^T, read as float2 at (row g, col 2t).
-  //   sU [kBT][vs + 4]: u slice, read at (row 2t, col g); vs + 4 = 4 or 20 (mod 32).
-  static constexpr int kLdW = kK + 8;
-  static constexpr int kLdKg = kK + 4;
-  static constexpr int kLdA = kBT + 8;
-
-  // ---- shared memory plan (floats); one chunk's tiles, reloaded every chunk ----
+  // ---- shared memory plan (bytes from a 1024-byte aligned base); one chunk's tiles ----
+  //   sW, sQg [kBT][kK] tf32, sA [kBT][kBT] tf32: wgmma B operands, 128-byte swizzled K-major
+  //     (wgmma.cuh), rows in the pair order of scan_row (state.cuh); 1024-byte aligned.
+  //   sKg [kBT][kLdKg] f32: mma.sync B operand, read at (row t, column sigma(g)) of 8-row and
+  //     8-column tiles: kLdKg = 8 (mod 32) keeps the four rows t on distinct banks.
+  //   sGamma [kK], sU [kBT][vs + 4] (read at (row j, column g): any stride).
+  static constexpr int kLdKg = kK + 8;
   static constexpr int kOffW = 0;
-  static constexpr int kOffQg = kOffW + kBT * kLdW;
-  static constexpr int kOffKg = kOffQg + kBT * kLdW;
-  static constexpr int kOffA = kOffKg + kBT * kLdKg;
-  static constexpr int kOffGamma = kOffA + kBT * kLdA;
-  static constexpr int kOffU = kOffGamma + kK;
-  static constexpr int kFixedFloats = kOffU;
+  static constexpr int kOffQg = kOffW + kBT * kK * 4;
+  static constexpr int kOffA = kOffQg + kBT * kK * 4;
+  static constexpr int kOffKg = kOffA + kBT * kBT * 4;
+  static constexpr int kOffGamma = kOffKg + kBT * kLdKg * 4;
+  static constexpr int kOffU = kOffGamma + kK * 4;
+  static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 
   OPENKDA_HOST_DEVICE static constexpr int ld_u(int vs) { return vs + 4; }
   OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs) {
-    return sizeof(float) * (static_cast<size_t>(kFixedFloats) + kBT * ld_u(vs));
+    return static_cast<size_t>(kAlign + kOffU) + sizeof(float) * kBT * ld_u(vs);
   }
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
-  static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64");
-  static_assert(kLdW % 32 == 8 && kLdKg % 32 == 4 && kLdA % 32 == 8,
-                "bank-conflict-free fragment reads");
-  static_assert(kOffQg % 4 == 0 && kOffKg % 4 == 0 && kOffA % 4 == 0 && kOffGamma % 4 == 0 &&
-                    kOffU % 4 == 0,
-                "every tile starts 16-byte aligned (cp.async 16 B)");
+  static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64 (wgmma N)");
+  static_assert(kOffQg % 1024 == 0 && kOffA % 1024 == 0 && kOffKg % 1024 == 0,
+                "swizzled wgmma tiles start 1024-byte aligned");
+  static_assert(kLdKg % 32 == 8, "bank-conflict-free B fragments of kg");
+  static_assert(kOffGamma % 16 == 0 && kOffU % 16 == 0, "16-byte cp.async destinations");
   static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
 };
 

@@ -1,0 +1,94 @@
+// Warpgroup tensor-core products (wgmma, sm_90a) of the chunk_kda scan: D[64 x N] += A[64 x 8] B,
+// tf32 operands, f32 accumulators, A from registers and B (N x 8, K-major) from shared memory.
+//
+// Fragments, with warp w of the warpgroup owning rows 16 w .. 16 w + 15, g = lane / 4,
+// t = lane % 4 (PTX ISA "Register fragments and shared memory matrix layouts" for wgmma .tf32;
+// CuTe's GMMA::ALayout_64x8 and CLayout_64xN):
+//   A (64 x 8):   a0 (g, t)  a1 (g + 8, t)  a2 (g, t + 4)  a3 (g + 8, t + 4)   (as mma.m16n8k8)
+//   D (64 x N):   d[4 j + e] = (g + 8 (e / 2), 8 j + 2 t + e % 2)                (as mma.m16n8)
+// B tiles use the 128-byte swizzle, K-major: a tile of N rows x kCols tf32 is kCols / 32 regions
+// of N rows x 128 bytes; in a region, 16-byte chunk c of row r sits at r * 128 + ((c ^ r % 8) *
+// 16), and 8-row groups are 1024 bytes apart (the descriptor's stride byte offset). The k step kk
+// (8 tf32 = 32 bytes) starts at region kk / 4, byte (kk % 4) * 32. Regions are 1024-byte aligned.
+//
+// Ordering: wgmma_fence() after the registers it reads (A, D) were written by other instructions;
+// wgmma_commit() + wgmma_wait<0>() before D is read; shared memory written by the threads (or by
+// cp.async) needs fence_proxy_async_shared() in every writer and a barrier before the wgmma.
+#pragma once
+
+#include <cstdint>
+
+namespace openkda::cuda::chunk_forward {
+
+// Byte offset of 16-byte chunk c16 (along K) of row r in a swizzled K-major tile of kRows rows.
+template <int kRows>
+__device__ __forceinline__ uint32_t swizzled_offset(int r, int c16) {
+  return static_cast<uint32_t>((c16 / 8) * (kRows * 128) + r * 128 + (((c16 % 8) ^ (r % 8)) * 16));
+}
+
+// Shared-memory matrix descriptor of k step kk of a swizzled K-major tile at shared address
+// `tile` (1024-byte aligned) with kRows rows: 128-byte swizzle (mode 1), stride byte offset
+// 1024, leading byte offset unused (1).
+template <int kRows>
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t tile, int kk) {
+  const uint32_t addr = tile + static_cast<uint32_t>((kk / 4) * (kRows * 128) + (kk % 4) * 32);
+  uint64_t desc = (addr & 0x3FFFFu) >> 4;
+  desc |= uint64_t{1} << 16;          // leading byte offset (unused with swizzling)
+  desc |= uint64_t{1024 >> 4} << 32;  // stride byte offset: 8 rows x 128 bytes
+  desc |= uint64_t{1} << 62;          // 128-byte swizzle
+  return desc;
+}
+
+// Pins accumulator registers in place around the asynchronous products (the compiler must not
+// read or move them between a wgmma and its wait).
+template <int kN>
+__device__ __forceinline__ void wgmma_fence_operands(float* d) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// d[N / 2] += A (registers, tf32 bits) x B (descriptor); N = 64 or 32.
+template <int kN>
+__device__ __forceinline__ void wgmma_tf32(float* d, const uint32_t (&a)[4], uint64_t desc);
+
+template <>
+__device__ __forceinline__ void wgmma_tf32<64>(float* d, const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_tf32<32>(float* d, const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+}  // namespace openkda::cuda::chunk_forward
