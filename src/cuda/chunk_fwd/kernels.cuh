@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const 
   }
 }
 
-// ---- launchers (explicitly instantiated in instantiations/*.cu) -------------------------------
+// ---- launchers (explicitly instantiated by cmake/OpenkdaCuda.cmake) ---------------------------
 template <int kK, int kBT, int kWarps>
 struct ScanKernelTag {};  // one cached shared-memory set-up per scan kernel
 

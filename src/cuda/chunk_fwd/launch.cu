@@ -1,6 +1,6 @@
 // Host launcher of chunk_kda forward: ChunkFwdArgs -> ChunkFwdParams in one function
 // (make_params), the workspace table (workspace_layout, shared by sizing and carving), and the one
-// place where run-time K, V and chunk size become compiled kernels (instantiations/*.cu).
+// place where run-time K, V and chunk size become compiled kernels (cmake/OpenkdaCuda.cmake).
 // No framework headers, no allocation, no host synchronisation.
 #include <cuda_runtime.h>
 
@@ -19,7 +19,7 @@
 
 namespace openkda::cuda {
 namespace chunk_forward {
-// Defined in kernels.cuh and explicitly instantiated in instantiations/*.cu.
+// Defined in kernels.cuh; explicitly instantiated by cmake/OpenkdaCuda.cmake.
 template <int kThreads>
 cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream);
 template <int kK, int kV, int kBT>

@@ -97,7 +97,7 @@ cudaError_t launch_recurrent(const RecurrentParams& p, cudaStream_t stream) {
 
 }  // namespace openkda::cuda::recurrent
 
-// Explicit instantiation of the launcher for one compiled configuration (instantiations/*.cu).
+// Explicit instantiation of the launcher for one compiled configuration (cmake/OpenkdaCuda.cmake).
 #define OPENKDA_INSTANTIATE_RECURRENT(K, V, V_FIRST, VEC)             \
   template cudaError_t openkda::cuda::recurrent::launch_recurrent<    \
       openkda::cuda::recurrent::RecurrentTraits<K, V, V_FIRST, VEC>>( \

@@ -1,7 +1,7 @@
 // Host launcher of fused_recurrent_kda (decode / speculative verify): RecurrentFwdArgs ->
 // RecurrentParams in one function, then the one place where run-time K, V, state layout and
-// state dtype width become a compiled kernel (instantiations/*.cu). No framework headers, no
-// allocation, no host synchronisation.
+// state dtype width become a compiled kernel (each instantiated by cmake/OpenkdaCuda.cmake). No
+// framework headers, no allocation, no host synchronisation.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -18,10 +18,10 @@
 
 namespace openkda::cuda {
 namespace recurrent {
-// Defined in kernel.cuh and explicitly instantiated in instantiations/*.cu.
+// Defined in kernel.cuh; explicitly instantiated by cmake/OpenkdaCuda.cmake.
 template <class Tr>
 cudaError_t launch_recurrent(const RecurrentParams& p, cudaStream_t stream);
-// Defined in stream.cuh and explicitly instantiated in instantiations/recurrent_stream_*.cu.
+// Defined in stream.cuh; explicitly instantiated by cmake/OpenkdaCuda.cmake.
 template <class Tr>
 cudaError_t launch_recurrent_stream(const RecurrentParams& p, cudaStream_t stream);
 }  // namespace recurrent

@@ -1,8 +1,0 @@
-// Streaming fused_recurrent_kda kernels (stream.cuh) for an f32 state in layout [.., V, K];
-// K and V in {64, 128}.
-#include "cuda/recurrent/stream.cuh"
-
-OPENKDA_INSTANTIATE_RECURRENT_STREAM(64, 64, true);
-OPENKDA_INSTANTIATE_RECURRENT_STREAM(64, 128, true);
-OPENKDA_INSTANTIATE_RECURRENT_STREAM(128, 64, true);
-OPENKDA_INSTANTIATE_RECURRENT_STREAM(128, 128, true);
