@@ -1,8 +1,8 @@
 // Device stage of fused_recurrent_kda: one token of the KDA recurrence on a register-resident
 // state slice. The kernel (kernel.cuh) reads the state once per call and keeps it in registers
 // across the tokens of a sequence; it writes it once per token (pool mode) or once at the end.
-// The per-token inputs, gate, norms and v' helpers here also serve the streaming kernel
-// (stream.cuh), whose state lives in shared memory instead.
+// The per-token inputs, gate, norms and v' helpers it uses (token_inputs.cuh) also serve the
+// streaming kernel (stream.cuh), whose state lives in shared memory instead.
 //
 // What (spec 1.1, per sequence n, value head hv, token t; q/k head h = hv / group):
 //   alpha = exp(g_t) (after the in-kernel gate, if any)             [K]
