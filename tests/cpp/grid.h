@@ -128,4 +128,9 @@ inline std::string sanitize(std::string s) {
   return s;
 }
 
+// GoogleTest name of a grid case: its index and its Config name, as an identifier.
+inline std::string case_name(const ::testing::TestParamInfo<Config>& i) {
+  return sanitize(std::to_string(i.index) + "_" + i.param.name());
+}
+
 }  // namespace kdatest

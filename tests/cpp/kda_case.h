@@ -233,16 +233,22 @@ inline void apply_options(const Config& c, Precision p, Algorithm a, int threads
   o.num_threads = threads;
 }
 
+// The inputs that every KDA op reads (ChunkProblem, RecurrentFwdArgs), from one Inputs set.
+template <class Args>
+void fill_inputs(Inputs& in, Args& a) {
+  a.q = in.q.ref();
+  a.k = in.k.ref();
+  a.v = in.v.ref();
+  a.g = in.g.ref();
+  a.beta = in.beta.ref();
+  a.A_log = in.A_log.ref();
+  a.dt_bias = in.dt_bias.ref();
+  a.initial_state = in.h0.ref();
+  a.cu_seqlens = in.cu.ref();
+}
+
 inline void fill_problem(const Config& c, Inputs& in, openkda::ChunkProblem& p) {
-  p.q = in.q.ref();
-  p.k = in.k.ref();
-  p.v = in.v.ref();
-  p.g = in.g.ref();
-  p.beta = in.beta.ref();
-  p.A_log = in.A_log.ref();
-  p.dt_bias = in.dt_bias.ref();
-  p.initial_state = in.h0.ref();
-  p.cu_seqlens = in.cu.ref();
+  fill_inputs(in, p);
   p.safe_gate = gate_safe(c.gate);
   p.chunk_size = c.chunk;
 }
@@ -282,11 +288,7 @@ inline FwdOut run_chunk_fwd(const Config& c, Inputs& in, Precision p, Algorithm 
     out.h.fill_nan();
   }
   openkda::ChunkFwdArgs args = make_fwd_args(c, in, out, p, a, threads);
-  out.status = openkda::can_implement(args);
-  if (!out.status.ok()) return out;
-  out.workspace = openkda::workspace_bytes(args);
-  HostWorkspace ws(out.workspace);
-  out.status = openkda::run(args, ws.get());
+  out.status = run_on_host(args, &out.workspace);
   return out;
 }
 
@@ -328,11 +330,7 @@ inline BwdOut run_chunk_bwd(const Config& c, Inputs& in, HostTensor& d_o, HostTe
   args.dA_log = out.dA_log.ref();
   args.ddt_bias = out.ddt_bias.ref();
   args.dh0 = out.dh0.ref();
-  out.status = openkda::can_implement(args);
-  if (!out.status.ok()) return out;
-  out.workspace = openkda::workspace_bytes(args);
-  HostWorkspace ws(out.workspace);
-  out.status = openkda::run(args, ws.get());
+  out.status = run_on_host(args, &out.workspace);
   return out;
 }
 

@@ -188,10 +188,7 @@ TEST_P(ChunkBwdFiniteDifference, GradientsMatchCentralDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, ChunkBwdFiniteDifference, ::testing::ValuesIn(fd_grid()),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Tiny, ChunkBwdFiniteDifference, ::testing::ValuesIn(fd_grid()), case_name);
 
 // ---- chunked backward == reference backward (f64), and the f32 chunked backward ----------------
 
@@ -213,50 +210,43 @@ void compare_grads(const std::string& tag, const BwdOut& ref, const BwdOut& got,
   cmp("dh0", ref.dh0, got.dh0, tol);
 }
 
+// The chunked backward against the per-token reference backward, both in precision p, on the
+// grid case's inputs and cotangents (dht for 3 of 4 seeds).
+void expect_chunked_bwd_matches_reference(const Config& c, Precision p, const std::string& tag,
+                                          double tol, double tol_params) {
+  Inputs in = make_inputs(c);
+  Cotangents ct = make_cotangents(c, (c.seed % 4) != 3, c.seed);
+  BwdOut ref = run_chunk_bwd(c, in, ct.d_o, ct.dht, p, Algorithm::kRecurrentReference);
+  ASSERT_TRUE(IsOk(ref.status)) << "reference backward";
+  BwdOut chk = run_chunk_bwd(c, in, ct.d_o, ct.dht, p, Algorithm::kChunked);
+  ASSERT_TRUE(IsOk(chk.status)) << "chunked backward";
+  compare_grads(tag, ref, chk, tol, tol_params);
+}
+
 class ChunkBwdF64 : public ::testing::TestWithParam<Config> {};
 
 TEST_P(ChunkBwdF64, ChunkedEqualsReferenceBackward) {
-  const Config c = GetParam();
-  Inputs in = make_inputs(c);
-  Cotangents ct = make_cotangents(c, (c.seed % 4) != 3, c.seed);
-  BwdOut ref =
-      run_chunk_bwd(c, in, ct.d_o, ct.dht, Precision::kF64, Algorithm::kRecurrentReference);
-  ASSERT_TRUE(IsOk(ref.status)) << "reference backward";
-  BwdOut chk = run_chunk_bwd(c, in, ct.d_o, ct.dht, Precision::kF64, Algorithm::kChunked);
-  ASSERT_TRUE(IsOk(chk.status)) << "chunked backward";
-  compare_grads("chunked vs reference ", ref, chk, 1e-10, 1e-10);
+  expect_chunked_bwd_matches_reference(GetParam(), Precision::kF64, "chunked vs reference ", 1e-10,
+                                       1e-10);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, ChunkBwdF64,
                          ::testing::ValuesIn(reference_grid(DType::kF64, {1, 15, 63, 64, 65, 200})),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         case_name);
 INSTANTIATE_TEST_SUITE_P(LargeDims, ChunkBwdF64, ::testing::ValuesIn(large_dim_grid(DType::kF64)),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         case_name);
 
 class ChunkBwdF32 : public ::testing::TestWithParam<Config> {};
 
 TEST_P(ChunkBwdF32, ChunkedEqualsReferenceBackward) {
-  const Config c = GetParam();
-  Inputs in = make_inputs(c);
-  Cotangents ct = make_cotangents(c, (c.seed % 4) != 3, c.seed);
-  BwdOut ref =
-      run_chunk_bwd(c, in, ct.d_o, ct.dht, Precision::kF32, Algorithm::kRecurrentReference);
-  ASSERT_TRUE(IsOk(ref.status)) << "reference backward";
-  BwdOut chk = run_chunk_bwd(c, in, ct.d_o, ct.dht, Precision::kF32, Algorithm::kChunked);
-  ASSERT_TRUE(IsOk(chk.status)) << "chunked backward";
   // dA_log and ddt_bias are sums over all tokens of terms of both signs: looser.
-  compare_grads("chunked f32 vs reference ", ref, chk, 1e-4, 1e-3);
+  expect_chunked_bwd_matches_reference(GetParam(), Precision::kF32, "chunked f32 vs reference ",
+                                       1e-4, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, ChunkBwdF32,
                          ::testing::ValuesIn(reference_grid(DType::kF32, {15, 65, 200})),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         case_name);
 
 // ---- optional gradient outputs
 // ----------------------------------------------------------------------
@@ -293,9 +283,7 @@ TEST(ChunkBwd, Dh0MayBeUndefinedWithInitialState) {
   args.dbeta = part.dbeta.ref();
   args.dA_log = part.dA_log.ref();
   args.ddt_bias = part.ddt_bias.ref();
-  ASSERT_TRUE(IsOk(openkda::can_implement(args)));
-  HostWorkspace ws(openkda::workspace_bytes(args));
-  ASSERT_TRUE(IsOk(openkda::run(args, ws.get())));
+  ASSERT_TRUE(IsOk(run_on_host(args)));
   EXPECT_TRUE(Close("dq without dh0", all.dq.to_double(), part.dq.to_double(), 0.0));
   EXPECT_TRUE(Close("dg without dh0", all.dg.to_double(), part.dg.to_double(), 0.0));
   EXPECT_TRUE(Close("dA_log without dh0", all.dA_log.to_double(), part.dA_log.to_double(), 0.0));

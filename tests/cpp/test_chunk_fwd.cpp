@@ -49,14 +49,9 @@ TEST_P(ChunkFwdF64, ChunkedEqualsRecurrentReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, ChunkFwdF64,
-                         ::testing::ValuesIn(reference_grid(DType::kF64, kGridTs)),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         ::testing::ValuesIn(reference_grid(DType::kF64, kGridTs)), case_name);
 INSTANTIATE_TEST_SUITE_P(LargeDims, ChunkFwdF64, ::testing::ValuesIn(large_dim_grid(DType::kF64)),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         case_name);
 
 // Every value of every axis of the grid meets every gate mode and every beta mode.
 TEST(GridCoverage, EveryAxisValueMeetsEveryGateAndBetaMode) {
@@ -102,14 +97,9 @@ TEST_P(ChunkFwdF32, ChunkedEqualsRecurrentReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, ChunkFwdF32,
-                         ::testing::ValuesIn(reference_grid(DType::kF32, kGridTs)),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         ::testing::ValuesIn(reference_grid(DType::kF32, kGridTs)), case_name);
 INSTANTIATE_TEST_SUITE_P(LargeDims, ChunkFwdF32, ::testing::ValuesIn(large_dim_grid(DType::kF32)),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         case_name);
 
 // ---- intermediate states: h[:, c] is the state after token c * BT - 1 (or h0 for c = 0) --------
 
@@ -426,9 +416,7 @@ TEST(ChunkFwd, LowPrecisionStorage) {
       out.h.fill_nan();
       openkda::ChunkFwdArgs args =
           make_fwd_args(c, in, out, Precision::kF32, Algorithm::kChunked, 0);
-      ASSERT_TRUE(IsOk(openkda::can_implement(args))) << c.name();
-      HostWorkspace ws(openkda::workspace_bytes(args));
-      ASSERT_TRUE(IsOk(openkda::run(args, ws.get()))) << c.name();
+      ASSERT_TRUE(IsOk(run_on_host(args))) << c.name();
       const std::string tag = std::string(" ") + openkda::dtype_name(k.qk) + "/" +
                               openkda::dtype_name(k.v) + " " + c.name();
       EXPECT_TRUE(Close("o" + tag, naive.o, out.o.to_double(), k.tol_o));

@@ -89,9 +89,7 @@ HostTensor run_gate_fwd(const GateCase& gc, GateData& d) {
   HostTensor y(gc.y_dtype, gc.shape);
   y.fill_nan();
   openkda::GateFwdArgs a = fwd_args(gc, d, y);
-  EXPECT_TRUE(IsOk(openkda::can_implement(a))) << gc.name();
-  HostWorkspace ws(openkda::workspace_bytes(a));
-  EXPECT_TRUE(IsOk(openkda::run(a, ws.get()))) << gc.name();
+  EXPECT_TRUE(IsOk(run_on_host(a))) << gc.name();
   return y;
 }
 
@@ -121,9 +119,7 @@ GateGrads run_gate_bwd(const GateCase& gc, GateData& d, HostTensor& dy, int thre
   a.dA_log = gr.dA_log.ref();
   a.ddt_bias = gr.ddt_bias.ref();
   a.num_threads = threads;
-  EXPECT_TRUE(IsOk(openkda::can_implement(a))) << gc.name();
-  HostWorkspace ws(openkda::workspace_bytes(a));
-  EXPECT_TRUE(IsOk(openkda::run(a, ws.get()))) << gc.name();
+  EXPECT_TRUE(IsOk(run_on_host(a))) << gc.name();
   return gr;
 }
 

@@ -23,15 +23,7 @@ struct RecOut {
 openkda::RecurrentFwdArgs make_rec_args(const Config& c, Inputs& in, Precision p, int threads) {
   openkda::RecurrentFwdArgs args;
   apply_options(c, p, Algorithm::kChunked, threads, args);
-  args.q = in.q.ref();
-  args.k = in.k.ref();
-  args.v = in.v.ref();
-  args.g = in.g.ref();
-  args.beta = in.beta.ref();
-  args.A_log = in.A_log.ref();
-  args.dt_bias = in.dt_bias.ref();
-  args.initial_state = in.h0.ref();
-  args.cu_seqlens = in.cu.ref();
+  fill_inputs(in, args);
   return args;
 }
 
@@ -47,11 +39,7 @@ RecOut run_recurrent(const Config& c, Inputs& in, Precision p, int threads = 0,
   openkda::RecurrentFwdArgs args = make_rec_args(c, in, p, threads);
   args.o = out.o.ref();
   args.final_state = out.final_state.ref();
-  out.status = openkda::can_implement(args);
-  if (!out.status.ok()) return out;
-  out.workspace = openkda::workspace_bytes(args);
-  HostWorkspace ws(out.workspace);
-  out.status = openkda::run(args, ws.get());
+  out.status = run_on_host(args, &out.workspace);
   return out;
 }
 
@@ -72,10 +60,7 @@ TEST_P(RecurrentF64, EqualsChunkReferenceForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, RecurrentF64,
-                         ::testing::ValuesIn(reference_grid(DType::kF64, {1, 15, 65})),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         ::testing::ValuesIn(reference_grid(DType::kF64, {1, 15, 65})), case_name);
 
 class RecurrentF32 : public ::testing::TestWithParam<Config> {};
 
@@ -90,10 +75,7 @@ TEST_P(RecurrentF32, EqualsTestLoop) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, RecurrentF32,
-                         ::testing::ValuesIn(reference_grid(DType::kF32, {15, 64})),
-                         [](const ::testing::TestParamInfo<Config>& i) {
-                           return sanitize(std::to_string(i.index) + "_" + i.param.name());
-                         });
+                         ::testing::ValuesIn(reference_grid(DType::kF32, {15, 64})), case_name);
 
 // The recurrent op accepts the softplus gate without A_log and then uses exp(A_log) = e (FLA).
 TEST(Recurrent, SoftplusGateWithoutALogUsesE) {
@@ -234,9 +216,7 @@ TEST(Recurrent, InPlaceFinalStateWithoutPool) {
     o.fill_nan();
     args.o = o.ref();
     args.inplace_final_state = true;
-    ASSERT_TRUE(IsOk(openkda::can_implement(args)));
-    HostWorkspace ws(openkda::workspace_bytes(args));
-    ASSERT_TRUE(IsOk(openkda::run(args, ws.get())));
+    ASSERT_TRUE(IsOk(run_on_host(args)));
     EXPECT_TRUE(Close("o", naive.o, o.to_double(), 1e-12));
     EXPECT_TRUE(Close("initial_state after the call", naive.final, in.h0.to_double(), 1e-12));
   }
@@ -374,9 +354,7 @@ void run_pool_case(const PoolCase& pc) {
   per_token = HostTensor(c.state_dtype, c.state_shape(c.B * c.T));
   per_token.fill_nan();
   args.final_state = per_token.ref();
-  ASSERT_TRUE(IsOk(openkda::can_implement(args)));
-  HostWorkspace ws(openkda::workspace_bytes(args));
-  ASSERT_TRUE(IsOk(openkda::run(args, ws.get())));
+  ASSERT_TRUE(IsOk(run_on_host(args)));
 
   const bool f64 = c.state_dtype == DType::kF64 && pc.pool_dtype == DType::kF64;
   // Written slots are rounded to the pool's dtype; o is computed from the unrounded state.
@@ -400,7 +378,7 @@ void run_pool_case(const PoolCase& pc) {
     }
   }
   const auto before_raw = pool_before.raw(), after_raw = pool.raw();
-  const size_t slot_bytes = static_cast<size_t>(slot_elems) * elem_size(pc.pool_dtype);
+  const size_t slot_bytes = static_cast<size_t>(slot_elems) * openkda::dtype_size(pc.pool_dtype);
   for (int64_t s = 0; s < pc.slots; ++s) {
     const int64_t row = written[static_cast<size_t>(s)];
     if (row < 0) {

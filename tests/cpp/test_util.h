@@ -81,19 +81,6 @@ inline float f16_to_f32(uint16_t h) {
 // ---- host tensor
 // ---------------------------------------------------------------------------------
 
-inline size_t elem_size(DType dt) {
-  switch (dt) {
-    case DType::kF16:
-    case DType::kBF16: return 2;
-    case DType::kF32:
-    case DType::kI32: return 4;
-    case DType::kF64:
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
-    default: return 0;
-  }
-}
-
 // A contiguous host tensor that owns its storage. Default-constructed = undefined (FLA's None).
 class HostTensor {
  public:
@@ -101,7 +88,7 @@ class HostTensor {
   HostTensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
     numel_ = 1;
     for (int64_t s : shape_) numel_ *= s;
-    const size_t bytes = static_cast<size_t>(numel_) * elem_size(dtype_);
+    const size_t bytes = static_cast<size_t>(numel_) * openkda::dtype_size(dtype_);
     storage_.assign((bytes + sizeof(Block) - 1) / sizeof(Block) + 1, Block{});
   }
   static HostTensor filled(DType dtype, std::vector<int64_t> shape, double value) {
@@ -122,7 +109,7 @@ class HostTensor {
   int64_t numel() const { return numel_; }
   void* data() { return storage_.empty() ? nullptr : static_cast<void*>(storage_.data()); }
   const void* data() const { return storage_.empty() ? nullptr : storage_.data(); }
-  size_t bytes() const { return static_cast<size_t>(numel_) * elem_size(dtype_); }
+  size_t bytes() const { return static_cast<size_t>(numel_) * openkda::dtype_size(dtype_); }
 
   double get(int64_t i) const {
     const unsigned char* p = static_cast<const unsigned char*>(data());
@@ -242,6 +229,18 @@ class HostWorkspace {
   size_t bytes_;
   std::vector<Block> blocks_;
 };
+
+// The caller-owns-memory protocol on the host: can_implement, then workspace_bytes (reported
+// through *workspace when given), then run with a workspace of exactly that size.
+template <class Args>
+openkda::Status run_on_host(const Args& args, size_t* workspace = nullptr) {
+  openkda::Status s = openkda::can_implement(args);
+  if (!s.ok()) return s;
+  const size_t bytes = openkda::workspace_bytes(args);
+  if (workspace != nullptr) *workspace = bytes;
+  HostWorkspace ws(bytes);
+  return openkda::run(args, ws.get());
+}
 
 // ---- random numbers
 // ------------------------------------------------------------------------------

@@ -476,14 +476,7 @@ class RecurrentValidate : public ::testing::Test {
     for (int i = 0; i < 5; ++i) idx.set(i, 3 * i);
     o = HostTensor(DType::kF64, {c.B, c.T, c.HV, c.V});
     apply_options(c, Precision::kF64, Algorithm::kChunked, 0, args);
-    args.q = in.q.ref();
-    args.k = in.k.ref();
-    args.v = in.v.ref();
-    args.g = in.g.ref();
-    args.beta = in.beta.ref();
-    args.A_log = in.A_log.ref();
-    args.dt_bias = in.dt_bias.ref();
-    args.cu_seqlens = in.cu.ref();
+    fill_inputs(in, args);
     args.initial_state = pool.ref();
     args.ssm_state_indices = idx.ref();
     args.inplace_final_state = true;
