@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 import reference as R
 
+QKVGB = ("q", "k", "v", "g", "beta")  # the positional inputs of every KDA op
+
 DTYPES = {"f64": torch.float64, "f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 # Gate modes: pre (log-decay given), softplus (in kernel, A_log), softplus_noA (recurrent only:
@@ -285,3 +287,24 @@ CHUNK_SWEEP = [
     for beta in BETAS
     for l2 in (False, True)
 ]
+
+
+def chunk_call(inputs: dict, case: Case):
+    """(positional q, k, v, g, beta; the other inputs as keywords) of a chunk_kda call."""
+    args = [inputs[n] for n in QKVGB]
+    kw = {n: t for n, t in inputs.items() if n not in QKVGB}
+    if case.chunk_size != 64:
+        kw["chunk_size"] = case.chunk_size
+    return args, kw
+
+
+def assert_final_state(case: Case, ref_ht, ht, ratio: float) -> None:
+    """The CPU backend's final state: None unless requested, else in the CPU precision's dtype and
+    within `ratio` of the reference."""
+    if not case.final:
+        assert ht is None
+        return
+    import openkda
+    expected = torch.float64 if openkda.get_cpu_precision() == "f64" else torch.float32
+    assert ht.dtype == expected
+    assert_close("final_state", ref_ht, ht, ratio)

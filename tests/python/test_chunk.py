@@ -7,36 +7,22 @@ import torch
 
 import openkda
 import reference as R
-from cases import (CHUNK_F64, CHUNK_LOWP, CHUNK_SWEEP, GRAD_NAMES, RATIOS, Case, assert_close,
-                   make_inputs, params, reference_call)
-
-QKVGB = ("q", "k", "v", "g", "beta")
-
-
-def _split(inputs: dict, case: Case):
-    args = [inputs[n] for n in QKVGB]
-    kw = {n: t for n, t in inputs.items() if n not in QKVGB}
-    if case.chunk_size != 64:
-        kw["chunk_size"] = case.chunk_size
-    return args, kw
+from cases import (CHUNK_F64, CHUNK_LOWP, CHUNK_SWEEP, GRAD_NAMES, RATIOS, Case,
+                   assert_close, assert_final_state, chunk_call, make_inputs, params,
+                   reference_call)
 
 
 def _check_fwd_bwd(case: Case, ratios):
     r_o, r_qkv, r_gb, r_param = ratios
     inputs = make_inputs(case, requires_grad=True)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     o, ht = openkda.chunk_kda(*args, **kw)
     (ref_o, ref_ht), leaves = reference_call(inputs, chunk_size=case.chunk_size)
 
     assert o.dtype == inputs["q"].dtype
     assert o.shape == (case.B, case.T, case.HV, case.V)
     assert_close("o", ref_o, o, r_o)
-    if case.final:
-        expected = torch.float64 if openkda.get_cpu_precision() == "f64" else torch.float32
-        assert ht.dtype == expected
-        assert_close("final_state", ref_ht, ht, r_o)
-    else:
-        assert ht is None
+    assert_final_state(case, ref_ht, ht, r_o)
 
     do = torch.randn_like(ref_o)
     loss = (o.double() * do).sum()
@@ -81,7 +67,7 @@ def test_chunk_low_precision(case):
 ]))
 def test_chunk_return_intermediate_states(case):
     inputs = make_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     with torch.inference_mode():
         o, ht, h = openkda.chunk_kda(*args, return_intermediate_states=True, **kw)
     (ref_o, ref_ht, states), _ = reference_call(inputs, return_token_states=True)
@@ -97,7 +83,7 @@ def test_chunk_return_intermediate_states(case):
 
 def test_chunk_return_intermediate_states_needs_inference_mode():
     inputs = make_inputs(Case(T=8))
-    args, kw = _split(inputs, Case(T=8))
+    args, kw = chunk_call(inputs, Case(T=8))
     with pytest.raises(AssertionError, match="inference mode"):
         openkda.chunk_kda(*args, return_intermediate_states=True, **kw)
     with torch.inference_mode(), pytest.raises(AssertionError, match="disable_recompute"):
@@ -107,7 +93,7 @@ def test_chunk_return_intermediate_states_needs_inference_mode():
 def test_chunk_transpose_state_layout_deprecated():
     case = Case(T=20, K=16, V=8, v_first=True)
     inputs = make_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     o1, ht1 = openkda.chunk_kda(*args, **kw)
     kw.pop("state_v_first")
     with pytest.warns(DeprecationWarning, match="transpose_state_layout"):
@@ -121,7 +107,7 @@ def test_chunk_options_without_effect():
     """disable_recompute, use_graph and cu_seqlens_cpu leave the result bit-identical."""
     case = Case(B=1, T=50, cu_seqlens=(0, 20, 50))
     inputs = make_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     o1, ht1 = openkda.chunk_kda(*args, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -133,7 +119,7 @@ def test_chunk_options_without_effect():
 def test_chunk_non_contiguous_inputs():
     case = Case(B=2, T=40, H=2, HV=2, K=16, V=16)
     inputs = make_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     o1, ht1 = openkda.chunk_kda(*args, **kw)
     # The same values through transposed storage.
     nc = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in args]
@@ -146,7 +132,7 @@ def test_chunk_output_dtypes():
     """o takes q's dtype; gradients take their inputs' dtypes; dt_bias grad stays [HV * K]."""
     case = Case(B=1, T=20, gate="softplus", beta="sigmoid")
     inputs = make_inputs(case, requires_grad=True)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     v_bf16 = inputs["v"].detach().to(torch.bfloat16).requires_grad_(True)
     args[2] = v_bf16
     o, ht = openkda.chunk_kda(*args, **kw)
@@ -160,7 +146,7 @@ def test_chunk_output_dtypes():
 def test_chunk_size_changes_nothing_in_f64(f64_core):
     case = Case(B=1, T=100, dtype="f64", gate="softplus")
     inputs = make_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     o64, ht64 = openkda.chunk_kda(*args, **kw)
     o32, ht32 = openkda.chunk_kda(*args, chunk_size=32, **kw)
     assert_close("o", o64, o32, 1e-10)
@@ -171,7 +157,7 @@ def test_chunk_empty_sequence_batch():
     """T = 0: empty outputs; the final state is the initial state."""
     case = Case(B=2, T=0)
     inputs = make_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     o, ht = openkda.chunk_kda(*args, **kw)
     assert o.shape == (2, 0, 2, 16)
     assert torch.equal(ht, kw["initial_state"].float())

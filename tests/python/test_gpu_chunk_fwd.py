@@ -18,12 +18,11 @@ import torch
 
 import openkda
 import reference as R
-from cases import Case, make_inputs, params
+from cases import QKVGB, Case, chunk_call, make_inputs, params
 
 pytestmark = pytest.mark.gpu
 
 RTOL = 5e-3
-QKVGB = ("q", "k", "v", "g", "beta")
 DEV = "cuda"
 
 
@@ -42,14 +41,6 @@ def _cuda_inputs(case: Case, **scale) -> dict:
     return out
 
 
-def _split(inputs: dict, case: Case):
-    args = [inputs[n] for n in QKVGB]
-    kw = {n: t for n, t in inputs.items() if n not in QKVGB}
-    if case.chunk_size != 64:
-        kw["chunk_size"] = case.chunk_size
-    return args, kw
-
-
 def _poison(*shapes_dtypes) -> None:
     """Leaves NaN-filled blocks of these sizes in the caching allocator, so that outputs the kernel
     forgets to write come back as NaN instead of plausible stale values."""
@@ -59,7 +50,7 @@ def _poison(*shapes_dtypes) -> None:
 
 def _run(inputs: dict, case: Case, want_h: bool = False):
     """openkda.chunk_kda on the GPU -> (o, final_state, h or None)."""
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     B, T, HV, V = case.B, case.T, case.HV, case.V
     _poison(((B, T, HV, V), inputs["q"].dtype), ((max(case.N, 1), HV, case.K, V), torch.float32))
     if want_h:
@@ -380,7 +371,7 @@ def test_cuda_graph_capture_replay():
     case = _case(B=1, T=700, H=2, HV=4, K=128, V=128, cu_seqlens=(0, 0, 300, 301, 700),
                  gate="lb", safe_gate=True, l2norm=True, beta="sigmoid", cu_dtype="i32")
     inputs = _cuda_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     static = [a.clone() for a in args]
     o_eager, ht_eager = openkda.chunk_kda(*static, **kw)
     stream = torch.cuda.Stream()
@@ -408,7 +399,7 @@ def _against_cpu(case: Case) -> None:
     inputs = _cuda_inputs(case)
     o, ht, h = _run(inputs, case, want_h=True)
     cpu = {n: (t.cpu() if isinstance(t, torch.Tensor) else t) for n, t in inputs.items()}
-    args, kw = _split(cpu, case)
+    args, kw = chunk_call(cpu, case)
     with torch.inference_mode():
         o_c, ht_c, h_c = openkda.chunk_kda(*args, return_intermediate_states=True, **kw)
     _check("o vs CPU", o_c, o, token_dim=1, chunk=case.chunk_size)
@@ -431,7 +422,7 @@ def test_matches_cpu_backend_varlen_h(f64_core):
 def test_unsupported_head_dims(K, V):
     case = _case(T=20, K=K, V=V)
     inputs = _cuda_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     with pytest.raises(NotImplementedError, match="on CUDA"):
         openkda.chunk_kda(*args, **kw)
 
@@ -450,7 +441,7 @@ def test_empty_and_zero_length():
     """T = 0: o is empty and the final state is the initial state."""
     case = _case(B=2, T=0)
     inputs = _cuda_inputs(case)
-    args, kw = _split(inputs, case)
+    args, kw = chunk_call(inputs, case)
     o, ht = openkda.chunk_kda(*args, **kw)
     torch.cuda.synchronize()
     assert o.shape == (2, 0, 2, 64)

@@ -6,10 +6,9 @@ import torch
 
 import openkda
 import reference as R
-from cases import (RATIOS, RECURRENT_F64, RECURRENT_LOWP, Case, assert_close, make_inputs,
-                   params, reference_call)
+from cases import (QKVGB, RATIOS, RECURRENT_F64, RECURRENT_LOWP, Case, assert_close,
+                   assert_final_state, make_inputs, params, reference_call)
 
-QKVGB = ("q", "k", "v", "g", "beta")
 # Keyword arguments fused_recurrent_kda takes (chunk-only ones are dropped).
 RECURRENT_KW = ("A_log", "dt_bias", "scale", "initial_state", "output_final_state",
                 "use_qk_l2norm_in_kernel", "use_gate_in_kernel", "use_beta_sigmoid_in_kernel",
@@ -28,12 +27,7 @@ def _check(case, ratio):
     assert o.dtype == inputs["v"].dtype and o.shape == inputs["v"].shape
     assert o.grad_fn is None
     assert_close("o", ref_o, o, ratio)
-    if case.final:
-        expected = torch.float64 if openkda.get_cpu_precision() == "f64" else torch.float32
-        assert ht.dtype == expected
-        assert_close("final_state", ref_ht, ht, ratio)
-    else:
-        assert ht is None
+    assert_final_state(case, ref_ht, ht, ratio)
 
 
 @pytest.mark.parametrize("case", params(RECURRENT_F64))
@@ -154,8 +148,7 @@ def test_spec_decoding_state_pool_2d(accepted, f64_core):
 def test_per_token_states_not_in_place(f64_core):
     """ssm_state_indices without in-place update: final_state holds the state after every token
     [B * T, HV, K, V]; the pool is not modified."""
-    lens = [2, 3]
-    cu = [0, 2, 5]
+    cu = [0, 2, 5]  # sequence lengths 2 and 3
     case = Case(B=1, T=5, H=2, HV=2, K=8, V=16, dtype="f64", h0=False, final=False,
                 cu_seqlens=tuple(cu))
     inputs = make_inputs(case)
