@@ -11,9 +11,9 @@
 // ("paired" order): then an f32 accumulator tile C (16 x 8) is directly the A operand of the next
 // product (a0 = c0... see a_from_acc), and pairs of consecutive k load as one float2.
 //
-// cp_async_16: 16-byte global -> shared copy (cp.async.cg, L2 only) that zero-fills the
-// destination when `valid` is false (src-size 0: nothing is read from `src`, which must still be
-// a valid address).
+// cp_async_16: 16-byte global -> shared copy (cp.async.cg, L2 only) to a shared-window address
+// (smem_address) that zero-fills the destination when `valid` is false (src-size 0: nothing is
+// read from `src`, which must still be a valid address).
 #pragma once
 
 #include <cstdint>
@@ -62,16 +62,7 @@ __device__ __forceinline__ void a_from_pairs(float2 row_g, float2 row_g8, uint32
   a[3] = to_tf32(row_g8.y);
 }
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* src, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-
-// The same with a shared-window address.
-__device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src, bool valid) {
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes)

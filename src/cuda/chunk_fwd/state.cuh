@@ -131,13 +131,12 @@ __device__ __forceinline__ void copy_rows(uint32_t dst, const float* src, int64_
     // keeps every copy's 64-bit address live at once, and the mid-chunk loader spills.
     if (nv >= kRows) {
 #pragma unroll 1
-      for (int m = 0; m < kGroups; ++m)
-        cp_async_16_shared(d + m * kAdvanceBytes, s + m * s_step, true);
+      for (int m = 0; m < kGroups; ++m) cp_async_16(d + m * kAdvanceBytes, s + m * s_step, true);
     } else {
 #pragma unroll 1
       for (int m = 0; m < kGroups; ++m) {
         const bool valid = row + m * kAdvance < nv;
-        cp_async_16_shared(d + m * kAdvanceBytes, valid ? s + m * s_step : src, valid);
+        cp_async_16(d + m * kAdvanceBytes, valid ? s + m * s_step : src, valid);
       }
     }
   }
@@ -168,8 +167,8 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, 
       smem_address(smem + Tr::kOffU), p.u + row0 * p.V + v0, p.V, nv);
   if (threadIdx.x < kK / 4) {
     const float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * kK;
-    cp_async_16_shared(smem_address(smem + Tr::kOffGamma) + 16 * threadIdx.x,
-                       gGamma + 4 * threadIdx.x, true);
+    cp_async_16(smem_address(smem + Tr::kOffGamma) + 16 * threadIdx.x, gGamma + 4 * threadIdx.x,
+                true);
   }
 }
 

@@ -65,10 +65,6 @@ struct RecurrentTraits {
   static_assert(kTileD * kTileE <= 64, "register budget: at most 64 state elements per thread");
 };
 
-}  // namespace openkda::cuda::recurrent
-
-namespace openkda::cuda::recurrent {
-
 // Compile-time configuration of the streaming kernel (stream.cuh) for an fp32 state: one CTA of
 // kThreads = 256 threads per (sequence, value head), the whole K x V head in shared memory.
 //
