@@ -4,16 +4,17 @@
 //
 // What it computes, for rows i < nv of the chunk (tokens t0 + i; value head hv, q/k head
 // h = hv / group); rows i >= nv are zero (g = 0 there, so G stays at G_last):
-//   sQ[i] = q_i * rstd(q_i), sK[i] = k_i * rstd(k_i)   rstd = 1 / sqrt(sum x^2 + 1e-6) with l2norm,
+//   sQ[i] = q_i * rstd(q_i), sK[i] = k_i * rstd(k_i)   rstd = rsqrt(sum x^2 + 1e-6) with l2norm,
 //                                                       else 1
 //   sG[i] = g_i (pre-gated) | -exp(A_log) softplus(g_i + dt_bias) | L sigmoid(a (g_i + dt_bias))
+//           (softplus: accurate expf / log1pf; lower bound: sigmoid_fast, math.cuh)
 //   sBeta[i] = beta_i | s sigmoid(beta_i), s = 2 with allow_neg_eigval
 //   then sG[i] <- RCP_LN2 * sum_{r <= i} g_r   (G: chunk-local inclusive cumsum, log2 units)
 // The cumsum is exactly monotone: with every g <= 0, G_i <= G_j for i >= j in f32 (each partial
 // sum adds a non-positive term), so every exp2 argument of the later stages is <= 0.
 //
 // Grid mapping: one CTA (Tr::kThreads = 512) per (chunk, value head). Row passes: warp w owns rows
-// w, w + 8, ...; lane l owns columns l * K / 32 .. (l + 1) * K / 32 - 1 (one vector access per
+// w, w + kWarps, ...; lane l owns columns l * K / 32 .. (l + 1) * K / 32 - 1 (one vector access per
 // row). Cumsum: thread (part, d) with d = tid % K scans rows part * kCumRows .. + kCumRows - 1 of
 // column d in registers, then adds the sums of the parts above it, in order.
 // Shared memory: sQ, sK, sG, sBeta of PrepTraits; the cumsum uses kCumParts * K floats of sScr.
@@ -33,13 +34,26 @@ namespace openkda::cuda::chunk_forward {
 constexpr float kRcpLn2 = 1.4426950408889634f;  // 1 / ln 2, rounded to f32
 constexpr float kL2NormEps = 1e-6f;
 
-// Per-token log-decay (natural log) from x = g (+ dt_bias); `a` is the head factor exp(A_log).
-__device__ __forceinline__ float gate_activation(const ChunkFwdParams& p, float x, float a) {
-  switch (p.gate_mode) {
-    case GateMode::kSoftplus: return -a * softplus_f32(x);
-    case GateMode::kLowerBound: return p.lower_bound * sigmoid_f32(a * x);
-    default: return x;
-  }
+// Per-token log-decay (natural log) of the lane's kRows x kPer gate values x (in place), for one
+// gate mode fixed at compile time (load_chunk_inputs switches once per CTA, not per element):
+//   kSoftplus    -a softplus(x + dt_bias)        (CUDA's accurate expf / log1pf: any raw gate)
+//   kLowerBound  L sigmoid(a (x + dt_bias))      (sigmoid_fast: the safe gate's hot path)
+// `a` is the head factor exp(A_log) (1 without A_log).
+template <GateMode kMode, int kRows, int kPer>
+__device__ __forceinline__ void gate_activation_rows(float lower_bound, float a,
+                                                     const float (&bias)[kPer],
+                                                     float (&x)[kRows][kPer]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const float y = x[r][e] + bias[e];
+      if constexpr (kMode == GateMode::kSoftplus) {
+        x[r][e] = -a * softplus_f32(y);
+      } else {
+        x[r][e] = lower_bound * sigmoid_fast(a * y);
+      }
+    }
 }
 
 __device__ __forceinline__ float beta_activation(const ChunkFwdParams& p, float b) {
@@ -119,24 +133,23 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
 }
 
 // L2 prefetch of the chunk's g, v and beta rows (rows < nv only), issued before the q / k loads so
-// that their later loads hit L2: warp w covers rows w, w + kWarps, ...; each lane one 128-byte
-// line of a row (lines past the row are skipped), thread i < nv the beta of row i.
+// that their later loads hit L2: one 128-byte line per task, tasks (row i, line l) with the g lines
+// of a row before its v lines, spread over all threads (one task per thread for bf16 rows of a full
+// chunk), then thread i < nv the beta of row i.
 template <class Tr>
 __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                       int hv) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t g_row_bytes = int64_t{Tr::kK} * static_cast<int64_t>(dtype_size(p.g_dtype));
-  const int64_t v_row_bytes = int64_t{Tr::kV} * static_cast<int64_t>(dtype_size(p.v_dtype));
+  const int g_row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
+  const int v_row_bytes = Tr::kV * static_cast<int>(dtype_size(p.v_dtype));
+  const int g_lines = g_row_bytes / 128;  // K, V in {64, 128}: whole lines for every dtype
+  const int row_lines = g_lines + v_row_bytes / 128;
   const char* gbase = static_cast<const char*>(p.g);
   const char* vbase = static_cast<const char*>(p.v);
-  for (int i = warp; i < cc.nv; i += Tr::kWarps) {
+  for (int task = threadIdx.x; task < cc.nv * row_lines; task += Tr::kThreads) {
+    const int i = task / row_lines, l = task - i * row_lines;
     const int64_t tok_head = (cc.t0 + i) * p.HV + hv;
-    for (int64_t b = 128 * int64_t{lane}; b < g_row_bytes; b += 128 * 32) {
-      prefetch_l2(gbase + tok_head * g_row_bytes + b);
-    }
-    for (int64_t b = 128 * int64_t{lane}; b < v_row_bytes; b += 128 * 32) {
-      prefetch_l2(vbase + tok_head * v_row_bytes + b);
-    }
+    prefetch_l2(l < g_lines ? gbase + tok_head * g_row_bytes + 128 * l
+                            : vbase + tok_head * v_row_bytes + 128 * (l - g_lines));
   }
   if (static_cast<int>(threadIdx.x) < cc.nv) {
     prefetch_l2(static_cast<const char*>(p.beta) +
@@ -187,30 +200,35 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     if (p.A_log) head_factor = exp_f32(load_f32(p.A_log, p.A_log_dtype, hv));
   }
 
+  // l2norm (rstd = rsqrt(sum x^2 + eps), MUFU.RSQ: 2 ulp), then the gate of every row with one
+  // compile-time gate mode; rows past the chunk become zero in all three tiles.
+  if (p.l2norm) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float ssq = 0.0f, ssk = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        ssq += xq[r][e] * xq[r][e];
+        ssk += xk[r][e] * xk[r][e];
+      }
+      const float rq = rsqrtf(warp_allreduce_sum(ssq) + kL2NormEps);
+      const float rk = rsqrtf(warp_allreduce_sum(ssk) + kL2NormEps);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        xq[r][e] *= rq;
+        xk[r][e] *= rk;
+      }
+    }
+  }
+  if (p.gate_mode == GateMode::kLowerBound) {
+    gate_activation_rows<GateMode::kLowerBound>(p.lower_bound, head_factor, bias, xg);
+  } else if (p.gate_mode == GateMode::kSoftplus) {
+    gate_activation_rows<GateMode::kSoftplus>(p.lower_bound, head_factor, bias, xg);
+  }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int i = warp + Tr::kWarps * r;
-    if (i < cc.nv) {
-      if (p.l2norm) {
-        float ssq = 0.0f, ssk = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kPer; ++e) {
-          ssq += xq[r][e] * xq[r][e];
-          ssk += xk[r][e] * xk[r][e];
-        }
-        ssq = warp_allreduce_sum(ssq);
-        ssk = warp_allreduce_sum(ssk);
-        const float rq = 1.0f / sqrtf(ssq + kL2NormEps);
-        const float rk = 1.0f / sqrtf(ssk + kL2NormEps);
-#pragma unroll
-        for (int e = 0; e < kPer; ++e) {
-          xq[r][e] *= rq;
-          xk[r][e] *= rk;
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) xg[r][e] = gate_activation(p, xg[r][e] + bias[e], head_factor);
-    } else {
+    if (i >= cc.nv) {
 #pragma unroll
       for (int e = 0; e < kPer; ++e) xq[r][e] = xk[r][e] = xg[r][e] = 0.0f;
     }

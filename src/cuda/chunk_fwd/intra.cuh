@@ -17,9 +17,9 @@
 //         G_a - G_j >= 0 but at most 15 * 5 / ln 2 < 109, so the factor stays below 2^109.
 //     The anchor is the block's first row (never a midpoint), so row i only ever sees rows <= i:
 //     later tokens cannot change earlier outputs, not even by rounding.
-//   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), kIntraSplit warps per
-//   (rb, A_qk | A_kk), each taking every kIntraSplit-th column block; the
-//   exp2 factors of their operands are exp2_operand (rounded to tf32 right after).
+//   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), one warp per block pair (rb, cb)
+//   computing both matrices' blocks (shared anchor factors and B operand); the exp2 factors of
+//   their operands are exp2_operand (rounded to tf32 right after).
 //   A_qk goes straight to the workspace, rounded to tf32 (only the scan's mma reads it; rows
 //   i < nv only: the tile is token-indexed, rows past the chunk belong to the next chunk); A_kk
 //   stays in shared memory in f32 (the inverse reads it).
@@ -89,89 +89,90 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv
   }
 }
 
-// Anchored block products (see the header): kSplit warps per (rb, A_qk | A_kk); warp part p of
-// them writes the 16 x 16 blocks cb == p (mod kSplit) of its row block, except the diagonal one
-// when exact_diag (intra_exact_diag owns it). Every part builds the same A fragments; the split
-// shortens the longest warp's chain (row block NB - 1 has NB column blocks).
+// Anchored block products (see the header). One warp per block pair (rb, cb), cb <= rb (cb < rb
+// when exact_diag: intra_exact_diag owns the diagonal), computing both the A_qk and the A_kk block:
+// they share the anchor, the exp2 factors exp2(G_i - G_a) of the A operands (q_i and k_i of the
+// same row) and the whole B operand k_j exp2(G_a - G_j). The warps past the last pair write the
+// zeros above the diagonal blocks (sA, and gAqk rows < nv: the scan reads the whole tile).
+// Pairs in row-major order: warp w -> the w-th pair of rows rb = 0, 1, ... (rb + 1 pairs per row,
+// rb with exact_diag).
 template <class Tr>
 __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, const float* sQ,
                                                const float* sK, const float* sG, const float* sBeta,
                                                float* sA, float* gAqk) {
   constexpr int kNB = Tr::kNB;
   constexpr int kLd = Tr::kLdX;
-  constexpr int kSplit = Tr::kIntraSplit;
   const int warp = threadIdx.x / 32;
-  if (warp >= 2 * kNB * kSplit) return;
+  const int diag = p.exact_diag ? 0 : 1;  // 1: the diagonal block is a pair too
+  const int pairs = kNB * (kNB - 1) / 2 + diag * kNB;
+  if (warp >= pairs) {
+    constexpr int kRowF4 = Tr::kBT / 4;  // float4 columns per row
+    const int zero_threads = Tr::kThreads - 32 * pairs;
+    for (int idx = threadIdx.x - 32 * pairs; idx < Tr::kBT * kRowF4; idx += zero_threads) {
+      const int i = idx / kRowF4, j = 4 * (idx % kRowF4);
+      if (j < kSubChunk * (i / kSubChunk + 1)) continue;  // on or below the diagonal block
+      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      *reinterpret_cast<float4*>(sA + i * Tr::kLdA + j) = zero;
+      if (i < nv) *reinterpret_cast<float4*>(gAqk + int64_t{i} * Tr::kBT + j) = zero;
+    }
+    return;
+  }
+  int rb = 0, cb = warp;
+  while (cb >= rb + diag) {
+    cb -= rb + diag;
+    ++rb;
+  }
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int job = warp % (2 * kNB), part = warp / (2 * kNB);
-  if (part >= kNB) return;  // BT = 32: more parts than column blocks
-  const int rb = job / 2;
-  const bool is_kk = (job % 2) == 1;
-  const float* sX = is_kk ? sK : sQ;
-  const int cb_last = p.exact_diag ? rb - 1 : rb;  // last column block with a product
   const int r0 = kSubChunk * rb + g, r1 = r0 + 8;
-  const float* sGa = sG + kSubChunk * rb * kLd;  // anchor row a = 16 rb
+  const int j0 = kSubChunk * cb + g, j1 = j0 + 8;  // B rows of the two 8-column halves
+  const float* sGa = sG + kSubChunk * rb * kLd;    // anchor row a = 16 rb
 
-  float acc[kNB][2][4];
+  float aqk[2][4], akk[2][4];
 #pragma unroll
-  for (int cb = 0; cb < kNB; ++cb)
+  for (int nh = 0; nh < 2; ++nh)
 #pragma unroll
-    for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[cb][nh][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) aqk[nh][e] = akk[nh][e] = 0.0f;
 
-#pragma unroll 2
+#pragma unroll 4
   for (int kk = 0; kk < Tr::kK / 8; ++kk) {
     const int c0 = 8 * kk + t, c1 = c0 + 4;
     const float ga0 = sGa[c0], ga1 = sGa[c1];
-    uint32_t a[4];
-    a[0] = to_tf32(sX[r0 * kLd + c0] * exp2_operand(sG[r0 * kLd + c0] - ga0));
-    a[1] = to_tf32(sX[r1 * kLd + c0] * exp2_operand(sG[r1 * kLd + c0] - ga0));
-    a[2] = to_tf32(sX[r0 * kLd + c1] * exp2_operand(sG[r0 * kLd + c1] - ga1));
-    a[3] = to_tf32(sX[r1 * kLd + c1] * exp2_operand(sG[r1 * kLd + c1] - ga1));
+    // A operands in mma order (r0, c0), (r1, c0), (r0, c1), (r1, c1); one factor for q and k.
+    const int at[4] = {r0 * kLd + c0, r1 * kLd + c0, r0 * kLd + c1, r1 * kLd + c1};
+    const float ga[4] = {ga0, ga0, ga1, ga1};
+    uint32_t aq[4], ak[4];
 #pragma unroll
-    for (int cb = 0; cb < kNB; ++cb) {
-      if (cb <= cb_last && cb % kSplit == part) {
+    for (int e = 0; e < 4; ++e) {
+      const float f = exp2_operand(sG[at[e]] - ga[e]);
+      aq[e] = to_tf32(sQ[at[e]] * f);
+      ak[e] = to_tf32(sK[at[e]] * f);
+    }
 #pragma unroll
-        for (int nh = 0; nh < 2; ++nh) {
-          const int j = kSubChunk * cb + 8 * nh + g;
-          const uint32_t b0 = to_tf32(sK[j * kLd + c0] * exp2_operand(ga0 - sG[j * kLd + c0]));
-          const uint32_t b1 = to_tf32(sK[j * kLd + c1] * exp2_operand(ga1 - sG[j * kLd + c1]));
-          mma_tf32(acc[cb][nh], a, b0, b1);
-        }
-      }
+    for (int nh = 0; nh < 2; ++nh) {
+      const int j = nh ? j1 : j0;
+      const uint32_t b0 = to_tf32(sK[j * kLd + c0] * exp2_operand(ga0 - sG[j * kLd + c0]));
+      const uint32_t b1 = to_tf32(sK[j * kLd + c1] * exp2_operand(ga1 - sG[j * kLd + c1]));
+      mma_tf32(aqk[nh], aq, b0, b1);
+      mma_tf32(akk[nh], ak, b0, b1);
     }
   }
 
-  // Masks: A_qk keeps j <= i (times scale), A_kk keeps j < i (times beta_i); blocks without a
-  // product (above the diagonal) are written as zeros.
+  // Masks: A_qk keeps j <= i (times scale), A_kk keeps j < i (times beta_i).
   const float beta_r[2] = {sBeta[r0], sBeta[r1]};
 #pragma unroll
-  for (int cb = 0; cb < kNB; ++cb) {
-    if (cb % kSplit != part || (p.exact_diag && cb == rb)) continue;
+  for (int nh = 0; nh < 2; ++nh) {
+    const int j = kSubChunk * cb + 8 * nh + 2 * t;  // columns j, j + 1
 #pragma unroll
-    for (int nh = 0; nh < 2; ++nh) {
-      const int j = kSubChunk * cb + 8 * nh + 2 * t;  // columns j, j + 1
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = half ? r1 : r0;
-        float v0 = 0.0f, v1 = 0.0f;
-        if (cb <= cb_last) {
-          const float x0 = acc[cb][nh][2 * half], x1 = acc[cb][nh][2 * half + 1];
-          if (is_kk) {
-            v0 = j < i ? beta_r[half] * x0 : 0.0f;
-            v1 = j + 1 < i ? beta_r[half] * x1 : 0.0f;
-          } else {
-            v0 = j <= i ? p.scale * x0 : 0.0f;
-            v1 = j + 1 <= i ? p.scale * x1 : 0.0f;
-          }
-        }
-        if (is_kk) {
-          *reinterpret_cast<float2*>(sA + i * Tr::kLdA + j) = make_float2(v0, v1);
-        } else if (i < nv) {  // A_qk: only ever an mma operand (scan), stored tf32-rounded
-          *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) =
-              make_float2(tf32_round(v0), tf32_round(v1));
-        }
+    for (int half = 0; half < 2; ++half) {
+      const int i = half ? r1 : r0;
+      const float q0 = aqk[nh][2 * half], q1 = aqk[nh][2 * half + 1];
+      const float k0 = akk[nh][2 * half], k1 = akk[nh][2 * half + 1];
+      *reinterpret_cast<float2*>(sA + i * Tr::kLdA + j) =
+          make_float2(j < i ? beta_r[half] * k0 : 0.0f, j + 1 < i ? beta_r[half] * k1 : 0.0f);
+      if (i < nv) {  // A_qk: only ever an mma operand (scan), stored tf32-rounded
+        *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) =
+            make_float2(j <= i ? tf32_round(p.scale * q0) : 0.0f,
+                        j + 1 <= i ? tf32_round(p.scale * q1) : 0.0f);
       }
     }
   }

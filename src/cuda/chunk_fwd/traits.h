@@ -36,9 +36,6 @@ struct PrepTraits {
   static constexpr int kThreads = 512;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kNB = kBT / kSubChunk;  // 16-row blocks per chunk
-  // Warps per (row block, A_qk | A_kk) job of the intra products (each takes every kIntraSplit-th
-  // column block).
-  static constexpr int kIntraSplit = kWarps / (2 * kNB);
 
   // Row strides (floats).
   //   sQ, sK, sG [kBT][kLdX]: read by mma fragments at (row g, col t) -> kLdX = 4 (mod 32); the
@@ -77,8 +74,8 @@ struct PrepTraits {
                 "every tile starts 16-byte aligned");
   static_assert(kThreads % kK == 0 && kBT % kCumParts == 0, "cumsum: whole columns per thread");
   static_assert(kBT % kWarps == 0, "whole rows per warp in the row-wise passes");
-  static_assert(kIntraSplit >= 1 && 2 * kNB * kIntraSplit == kWarps,
-                "whole warps per (row block, A_qk | A_kk) job in the intra product");
+  static_assert(kNB * (kNB + 1) / 2 < kWarps,
+                "intra products: one warp per block pair, and at least one warp for the zeros");
   static_assert(kWarps % kNB == 0 && (kK / 8) % (kWarps / kNB) == 0 &&
                     (kV / 8) % (kWarps / kNB) == 0,
                 "w / u product: whole 8-column tiles per warp");

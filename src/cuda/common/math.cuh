@@ -9,6 +9,9 @@
 //                        flushed to 0): only for factors that are rounded to a tensor-core
 //                        operand type (tf32: 2^-11) right after, where it changes nothing
 //                        measurable and costs one MUFU instead of exp2f's range handling.
+//   sigmoid_fast         ex2.approx.ftz and rcp.approx.ftz (relative error below 2^-21, as
+//                        FLA's Triton sigmoid): only for the chunk prep's per-element lower-bound
+//                        gate, whose log-decays then enter tf32 products (2^-11).
 // Storage types are f16 (__half), bf16 (__nv_bfloat16), f32 and f64; arithmetic is f32, as in
 // FLA's Triton kernels, and every store rounds to nearest even.
 #pragma once
@@ -92,6 +95,15 @@ __device__ __forceinline__ float exp2_operand(float x) {
 // sigmoid(x) = 1 / (1 + exp(-x)); exp(-x) -> inf for x < -88 gives exactly 0, never NaN.
 __device__ __forceinline__ float sigmoid_f32(float x) {
   return __frcp_rn(1.0f + exp_f32(-x));
+}
+
+// 1 / (1 + 2^(-x log2 e)): x -> -inf gives 2^+inf = inf and rcp(inf) = 0 (never NaN); NaN stays NaN.
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-kLog2e * x));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return r;
 }
 
 // softplus(x) = log(1 + exp(x)), and x itself above the threshold 20 (FLA's and torch's
