@@ -89,34 +89,41 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv
   }
 }
 
+// Warps with a block pair in intra_products: NB (NB - 1) / 2 off-diagonal pairs, plus the NB
+// diagonal ones unless exact_diag.
+template <class Tr>
+__device__ __forceinline__ int intra_pairs(const ChunkFwdParams& p) {
+  return Tr::kNB * (Tr::kNB - 1) / 2 + (p.exact_diag ? 0 : Tr::kNB);
+}
+
+// The zeros above the diagonal blocks (sA, and gAqk rows < nv: the scan reads the whole tile), by
+// `threads` threads (`tid` in [0, threads)).
+template <class Tr>
+__device__ __forceinline__ void intra_zero_upper(int nv, float* sA, float* gAqk, int tid,
+                                                 int threads) {
+  constexpr int kRowF4 = Tr::kBT / 4;  // float4 columns per row
+  for (int idx = tid; idx < Tr::kBT * kRowF4; idx += threads) {
+    const int i = idx / kRowF4, j = 4 * (idx % kRowF4);
+    if (j < kSubChunk * (i / kSubChunk + 1)) continue;  // on or below the diagonal block
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *reinterpret_cast<float4*>(sA + i * Tr::kLdA + j) = zero;
+    if (i < nv) *reinterpret_cast<float4*>(gAqk + int64_t{i} * Tr::kBT + j) = zero;
+  }
+}
+
 // Anchored block products (see the header). One warp per block pair (rb, cb), cb <= rb (cb < rb
 // when exact_diag: intra_exact_diag owns the diagonal), computing both the A_qk and the A_kk block:
 // they share the anchor, the exp2 factors exp2(G_i - G_a) of the A operands (q_i and k_i of the
-// same row) and the whole B operand k_j exp2(G_a - G_j). The warps past the last pair write the
-// zeros above the diagonal blocks (sA, and gAqk rows < nv: the scan reads the whole tile).
-// Pairs in row-major order: warp w -> the w-th pair of rows rb = 0, 1, ... (rb + 1 pairs per row,
-// rb with exact_diag).
+// same row) and the whole B operand k_j exp2(G_a - G_j). Warps w < intra_pairs only; pairs in
+// row-major order: warp w -> the w-th pair of rows rb = 0, 1, ... (rb + 1 pairs per row, rb with
+// exact_diag). The kernel gives the other warps intra_zero_upper and write_gated_keys meanwhile.
 template <class Tr>
 __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, const float* sQ,
                                                const float* sK, const float* sG, const float* sBeta,
                                                float* sA, float* gAqk) {
-  constexpr int kNB = Tr::kNB;
   constexpr int kLd = Tr::kLdX;
   const int warp = threadIdx.x / 32;
   const int diag = p.exact_diag ? 0 : 1;  // 1: the diagonal block is a pair too
-  const int pairs = kNB * (kNB - 1) / 2 + diag * kNB;
-  if (warp >= pairs) {
-    constexpr int kRowF4 = Tr::kBT / 4;  // float4 columns per row
-    const int zero_threads = Tr::kThreads - 32 * pairs;
-    for (int idx = threadIdx.x - 32 * pairs; idx < Tr::kBT * kRowF4; idx += zero_threads) {
-      const int i = idx / kRowF4, j = 4 * (idx % kRowF4);
-      if (j < kSubChunk * (i / kSubChunk + 1)) continue;  // on or below the diagonal block
-      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      *reinterpret_cast<float4*>(sA + i * Tr::kLdA + j) = zero;
-      if (i < nv) *reinterpret_cast<float4*>(gAqk + int64_t{i} * Tr::kBT + j) = zero;
-    }
-    return;
-  }
   int rb = 0, cb = warp;
   while (cb >= rb + diag) {
     cb -= rb + diag;
@@ -203,34 +210,59 @@ __device__ __forceinline__ void invert_diag_blocks(float* sA) {
 
 // Off-diagonal blocks of Tinv by block forward substitution (see the header). Expects the
 // inverted diagonal blocks to be visible (a barrier after invert_diag_blocks); ends with a barrier.
+// Each thread owns 4 consecutive columns j of one row i of one block (r, c): float4 reads of the
+// right operand, and the left operand's row read 4 values at a time. Every element sums in the
+// order m, l (f32 fma), as the CPU twin.
 template <class Tr>
 __device__ __forceinline__ void invert_offdiag_blocks(float* sA, float* sP) {
   constexpr int kBlk = kSubChunk * kSubChunk;
   constexpr int kLd = Tr::kLdA;
+  constexpr int kQuads = kSubChunk / 4;  // float4 columns per block row
+  const auto fma4 = [](float4& acc, float a, const float4& b) {
+    acc.x += a * b.x;
+    acc.y += a * b.y;
+    acc.z += a * b.z;
+    acc.w += a * b.w;
+  };
 #pragma unroll 1
   for (int r = 1; r < Tr::kNB; ++r) {
-    for (int idx = threadIdx.x; idx < r * kBlk; idx += Tr::kThreads) {
-      const int c = idx / kBlk, i = (idx / kSubChunk) % kSubChunk, j = idx % kSubChunk;
+    // P_rc = sum_{m=c}^{r-1} A_rm Tinv_mc.
+    for (int idx = threadIdx.x; idx < r * kSubChunk * kQuads; idx += Tr::kThreads) {
+      const int c = idx / (kSubChunk * kQuads), i = (idx / kQuads) % kSubChunk,
+                j = 4 * (idx % kQuads);
       const float* a_row = sA + (kSubChunk * r + i) * kLd;
-      float acc = 0.0f;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       for (int m = c; m < r; ++m) {
-        const float* t_col = sA + (kSubChunk * m) * kLd + kSubChunk * c + j;
+        const float* t = sA + (kSubChunk * m) * kLd + kSubChunk * c + j;
 #pragma unroll
-        for (int l = 0; l < kSubChunk; ++l) {
-          acc += a_row[kSubChunk * m + l] * t_col[l * kLd];
+        for (int l4 = 0; l4 < kSubChunk; l4 += 4) {
+          const float4 a = *reinterpret_cast<const float4*>(a_row + kSubChunk * m + l4);
+          fma4(acc, a.x, *reinterpret_cast<const float4*>(t + (l4 + 0) * kLd));
+          fma4(acc, a.y, *reinterpret_cast<const float4*>(t + (l4 + 1) * kLd));
+          fma4(acc, a.z, *reinterpret_cast<const float4*>(t + (l4 + 2) * kLd));
+          fma4(acc, a.w, *reinterpret_cast<const float4*>(t + (l4 + 3) * kLd));
         }
       }
-      sP[idx] = acc;
+      *reinterpret_cast<float4*>(sP + c * kBlk + i * kSubChunk + j) = acc;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < r * kBlk; idx += Tr::kThreads) {
-      const int c = idx / kBlk, i = (idx / kSubChunk) % kSubChunk, j = idx % kSubChunk;
+    // Tinv_rc = -X_rr P_rc.
+    for (int idx = threadIdx.x; idx < r * kSubChunk * kQuads; idx += Tr::kThreads) {
+      const int c = idx / (kSubChunk * kQuads), i = (idx / kQuads) % kSubChunk,
+                j = 4 * (idx % kQuads);
       const float* x_row = sA + (kSubChunk * r + i) * kLd + kSubChunk * r;
-      const float* p_col = sP + c * kBlk + j;
-      float acc = 0.0f;
+      const float* p_blk = sP + c * kBlk + j;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int l = 0; l < kSubChunk; ++l) acc += x_row[l] * p_col[l * kSubChunk];
-      sA[(kSubChunk * r + i) * kLd + kSubChunk * c + j] = -acc;
+      for (int l4 = 0; l4 < kSubChunk; l4 += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(x_row + l4);
+        fma4(acc, x.x, *reinterpret_cast<const float4*>(p_blk + (l4 + 0) * kSubChunk));
+        fma4(acc, x.y, *reinterpret_cast<const float4*>(p_blk + (l4 + 1) * kSubChunk));
+        fma4(acc, x.z, *reinterpret_cast<const float4*>(p_blk + (l4 + 2) * kSubChunk));
+        fma4(acc, x.w, *reinterpret_cast<const float4*>(p_blk + (l4 + 3) * kSubChunk));
+      }
+      *reinterpret_cast<float4*>(sA + (kSubChunk * r + i) * kLd + kSubChunk * c + j) =
+          make_float4(-acc.x, -acc.y, -acc.z, -acc.w);
     }
     __syncthreads();
   }

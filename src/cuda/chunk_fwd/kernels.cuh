@@ -44,8 +44,9 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 
 // ---- prep: one CTA per (chunk, value head) ---------------------------------------------------
 // Shared memory lifetimes (PrepTraits):
-//   load -> cumsum -> intra         sQ = q, sK = k, sG = G, sA = A_kk, sBeta
-//   gated keys + diagonal inverse   sQ <- beta k E; qg, kg, gamma -> workspace; sA diag <- X_bb
+//   load -> cumsum -> intra         sQ = q, sK = k, sG = G, sA = A_kk, sBeta; qg, kg, gamma ->
+//                                   workspace (free warps)
+//   w operand + diagonal inverse    sQ <- beta k E; sA diag <- X_bb
 //   beta v + block inverse          sK <- beta v; sA <- Tinv; sScr = P_rc
 //   WY products                     w = Tinv sQ, u = Tinv sK -> workspace
 template <int kK, int kV, int kBT>
@@ -73,13 +74,21 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
   load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta);
   chunk_cumsum<Tr>(sG, sScr);
 
-  // Stage 2: A_qk (-> workspace), A_kk (-> sA).
+  // Stage 2: A_qk (-> workspace), A_kk (-> sA); meanwhile the warps without a block pair write
+  // the zero blocks and stage 3a's qg, kg, gamma (q, k, G read for the last time).
   if (p.exact_diag) intra_exact_diag<Tr>(p, cc.nv, sQ, sK, sG, sBeta, sA, gAqk);
-  intra_products<Tr>(p, cc.nv, sQ, sK, sG, sBeta, sA, gAqk);
+  const int pairs = intra_pairs<Tr>(p);
+  if (static_cast<int>(threadIdx.x) < 32 * pairs) {
+    intra_products<Tr>(p, cc.nv, sQ, sK, sG, sBeta, sA, gAqk);
+  } else {
+    const int tid = static_cast<int>(threadIdx.x) - 32 * pairs, threads = Tr::kThreads - 32 * pairs;
+    intra_zero_upper<Tr>(cc.nv, sA, gAqk, tid, threads);
+    write_gated_keys<Tr>(p, cc, row0, slot, hv, sQ, sK, sG, tid, threads);
+  }
   __syncthreads();
 
-  // Stage 3a (q, k, G read for the last time) and the diagonal blocks of the inverse.
-  write_gated_keys<Tr>(p, cc, row0, slot, hv, sQ, sK, sG, sBeta);
+  // Stage 3a: sQ <- beta k E (the w operand); the diagonal blocks of the inverse.
+  gate_w_operand<Tr>(sQ, sK, sG, sBeta);
   invert_diag_blocks<Tr>(sA);
   __syncthreads();
 
@@ -89,8 +98,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
   __syncthreads();
 
   // Stage 3c: w = Tinv (beta k E), u = Tinv (beta v).
-  tinv_product<Tr, kK, true>(sA, sQ, p.w + row0 * kK, cc.nv);
-  tinv_product<Tr, kV, false>(sA, sK, p.u + row0 * kV, cc.nv);
+  wy_products<Tr>(sA, sQ, sK, p.w + row0 * kK, p.u + row0 * kV, cc.nv);
 }
 
 // ---- scan: one CTA per (sequence, value head, V slice) ----------------------------------------

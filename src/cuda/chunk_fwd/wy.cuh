@@ -30,45 +30,57 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// qg, kg and gamma to the workspace; sQ <- beta k exp2(G) in place (the same thread reads q
-// first). `row0`: workspace row of the chunk's row 0; `slot`: the chunk's global index.
+// qg, kg and gamma to the workspace, by `threads` threads (`tid` in [0, threads)): the warps the
+// intra products leave free, while those still read sQ, sK and sG (read-only here). `row0`:
+// workspace row of the chunk's row 0; `slot`: the chunk's global index.
 template <class Tr>
 __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
-                                                 int64_t row0, int64_t slot, int hv, float* sQ,
-                                                 const float* sK, const float* sG,
-                                                 const float* sBeta) {
+                                                 int64_t row0, int64_t slot, int hv, const float* sQ,
+                                                 const float* sK, const float* sG, int tid,
+                                                 int threads) {
   constexpr int kC4 = Tr::kK / 4;
   constexpr int kLd = Tr::kLdX;
   const float* sGlast = sG + (cc.nv - 1) * kLd;
   float* gQg = p.qg + row0 * Tr::kK;
   float* gKg = p.kg + row0 * Tr::kK;
-  for (int idx = threadIdx.x; idx < Tr::kBT * kC4; idx += Tr::kThreads) {
+  for (int idx = tid; idx < cc.nv * kC4; idx += threads) {
     const int i = idx / kC4, d = 4 * (idx % kC4);
     const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
     const float4 k4 = *reinterpret_cast<const float4*>(sK + i * kLd + d);
     const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
     const float4 l4 = *reinterpret_cast<const float4*>(sGlast + d);
-    const float b = sBeta[i];
     // Every factor below ends in a tf32-rounded operand: exp2_operand (math.cuh).
-    const float e0 = exp2_operand(g4.x), e1 = exp2_operand(g4.y), e2 = exp2_operand(g4.z),
-                e3 = exp2_operand(g4.w);
-    if (i < cc.nv) {
-      const float4 qg =
-          make_float4(tf32_round(p.scale * q4.x * e0), tf32_round(p.scale * q4.y * e1),
-                      tf32_round(p.scale * q4.z * e2), tf32_round(p.scale * q4.w * e3));
-      const float4 kg = make_float4(tf32_round(k4.x * exp2_operand(l4.x - g4.x)),
-                                    tf32_round(k4.y * exp2_operand(l4.y - g4.y)),
-                                    tf32_round(k4.z * exp2_operand(l4.z - g4.z)),
-                                    tf32_round(k4.w * exp2_operand(l4.w - g4.w)));
-      *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) = qg;
-      *reinterpret_cast<float4*>(gKg + int64_t{i} * Tr::kK + d) = kg;
-    }
-    *reinterpret_cast<float4*>(sQ + i * kLd + d) =
-        make_float4(tf32_round(b * k4.x * e0), tf32_round(b * k4.y * e1), tf32_round(b * k4.z * e2),
-                    tf32_round(b * k4.w * e3));
+    *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) =
+        make_float4(tf32_round(p.scale * q4.x * exp2_operand(g4.x)),
+                    tf32_round(p.scale * q4.y * exp2_operand(g4.y)),
+                    tf32_round(p.scale * q4.z * exp2_operand(g4.z)),
+                    tf32_round(p.scale * q4.w * exp2_operand(g4.w)));
+    *reinterpret_cast<float4*>(gKg + int64_t{i} * Tr::kK + d) =
+        make_float4(tf32_round(k4.x * exp2_operand(l4.x - g4.x)),
+                    tf32_round(k4.y * exp2_operand(l4.y - g4.y)),
+                    tf32_round(k4.z * exp2_operand(l4.z - g4.z)),
+                    tf32_round(k4.w * exp2_operand(l4.w - g4.w)));
   }
   float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * Tr::kK;
-  for (int d = threadIdx.x; d < Tr::kK; d += Tr::kThreads) gGamma[d] = exp2f(sGlast[d]);
+  for (int d = tid; d < Tr::kK; d += threads) gGamma[d] = exp2f(sGlast[d]);
+}
+
+// sQ <- beta k exp2(G) in place (the w operand; rows past the chunk: beta = 0), once the intra
+// products and write_gated_keys have read q for the last time.
+template <class Tr>
+__device__ __forceinline__ void gate_w_operand(float* sQ, const float* sK, const float* sG,
+                                               const float* sBeta) {
+  constexpr int kC4 = Tr::kK / 4;
+  constexpr int kLd = Tr::kLdX;
+  for (int idx = threadIdx.x; idx < Tr::kBT * kC4; idx += Tr::kThreads) {
+    const int i = idx / kC4, d = 4 * (idx % kC4);
+    const float4 k4 = *reinterpret_cast<const float4*>(sK + i * kLd + d);
+    const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
+    const float b = sBeta[i];
+    *reinterpret_cast<float4*>(sQ + i * kLd + d) = make_float4(
+        tf32_round(b * k4.x * exp2_operand(g4.x)), tf32_round(b * k4.y * exp2_operand(g4.y)),
+        tf32_round(b * k4.z * exp2_operand(g4.z)), tf32_round(b * k4.w * exp2_operand(g4.w)));
+  }
 }
 
 // sK <- beta_i v_i (rows past the chunk: 0). Thread owns 4 consecutive columns of rows
@@ -102,24 +114,30 @@ __device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const Chunk
   }
 }
 
-// gOut[i, :] = sum_j Tinv[i, j] sB[j, :] for rows i < nv; gOut: row 0 of a [rows, kN] f32 tile.
-// sB holds tf32-rounded values (write_gated_keys, load_beta_v). kRoundOut: gOut is only ever an
-// mma operand (w), so it is stored tf32-rounded too; u is not (the scan subtracts in f32).
-template <class Tr, int kN, bool kRoundOut>
-__device__ __forceinline__ void tinv_product(const float* sA, const float* sB, float* gOut,
-                                             int nv) {
+// w = Tinv sQ and u = Tinv sK for rows i < nv, in one pass over the Tinv fragments (each A
+// fragment is read and converted once for both products). gW: row 0 of the chunk's [rows, K] tile,
+// gU of its [rows, V] tile. sQ, sK hold tf32-rounded values (gate_w_operand, load_beta_v). w is
+// only ever an mma operand (the scan), so it is stored tf32-rounded too; u is not (the scan
+// subtracts it in f32).
+template <class Tr>
+__device__ __forceinline__ void wy_products(const float* sA, const float* sQ, const float* sK,
+                                            float* gW, float* gU, int nv) {
   constexpr int kMT = Tr::kBT / kSubChunk;  // 16-row tiles
   constexpr int kNG = Tr::kWarps / kMT;     // column groups
-  constexpr int kTiles = (kN / 8) / kNG;    // 8-column tiles per warp
+  constexpr int kTilesW = (Tr::kK / 8) / kNG;  // 8-column tiles per warp
+  constexpr int kTilesU = (Tr::kV / 8) / kNG;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int mt = warp % kMT, ng = warp / kMT;
   const int r0 = kSubChunk * mt + g, r1 = r0 + 8;
 
-  float acc[kTiles][4];
+  float acc_w[kTilesW][4], acc_u[kTilesU][4];
 #pragma unroll
-  for (int q = 0; q < kTiles; ++q)
+  for (int e = 0; e < 4; ++e) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[q][e] = 0.0f;
+    for (int q = 0; q < kTilesW; ++q) acc_w[q][e] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kTilesU; ++q) acc_u[q][e] = 0.0f;
+  }
 
 #pragma unroll
   for (int kk = 0; kk < 2 * kMT; ++kk) {
@@ -127,31 +145,31 @@ __device__ __forceinline__ void tinv_product(const float* sA, const float* sB, f
       uint32_t a[4];
       a_from_pairs(*reinterpret_cast<const float2*>(sA + r0 * Tr::kLdA + 8 * kk + 2 * t),
                    *reinterpret_cast<const float2*>(sA + r1 * Tr::kLdA + 8 * kk + 2 * t), a);
-      const float* b_lo = sB + (8 * kk + 2 * t) * Tr::kLdX;
-      const float* b_hi = b_lo + Tr::kLdX;
+      const int j = (8 * kk + 2 * t) * Tr::kLdX;  // B rows 8 kk + 2t and 8 kk + 2t + 1
 #pragma unroll
-      for (int q = 0; q < kTiles; ++q) {
-        const int n = 8 * (ng * kTiles + q) + g;
-        mma_tf32(acc[q], a, tf32_bits(b_lo[n]), tf32_bits(b_hi[n]));
+      for (int q = 0; q < kTilesW; ++q) {
+        const int n = 8 * (ng * kTilesW + q) + g;
+        mma_tf32(acc_w[q], a, tf32_bits(sQ[j + n]), tf32_bits(sQ[j + Tr::kLdX + n]));
+      }
+#pragma unroll
+      for (int q = 0; q < kTilesU; ++q) {
+        const int n = 8 * (ng * kTilesU + q) + g;
+        mma_tf32(acc_u[q], a, tf32_bits(sK[j + n]), tf32_bits(sK[j + Tr::kLdX + n]));
       }
     }
   }
-  if constexpr (kRoundOut) {
+  const auto store_rows = [&](float* gOut, int ld, int col, const float (&c)[4]) {
+    if (r0 < nv) *reinterpret_cast<float2*>(gOut + int64_t{r0} * ld + col) = make_float2(c[0], c[1]);
+    if (r1 < nv) *reinterpret_cast<float2*>(gOut + int64_t{r1} * ld + col) = make_float2(c[2], c[3]);
+  };
 #pragma unroll
-    for (int q = 0; q < kTiles; ++q)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[q][e] = tf32_round(acc[q][e]);
+  for (int q = 0; q < kTilesW; ++q) {
+    const float c[4] = {tf32_round(acc_w[q][0]), tf32_round(acc_w[q][1]), tf32_round(acc_w[q][2]),
+                        tf32_round(acc_w[q][3])};
+    store_rows(gW, Tr::kK, 8 * (ng * kTilesW + q) + 2 * t, c);
   }
 #pragma unroll
-  for (int q = 0; q < kTiles; ++q) {
-    const int col = 8 * (ng * kTiles + q) + 2 * t;
-    if (r0 < nv) {
-      *reinterpret_cast<float2*>(gOut + int64_t{r0} * kN + col) = make_float2(acc[q][0], acc[q][1]);
-    }
-    if (r1 < nv) {
-      *reinterpret_cast<float2*>(gOut + int64_t{r1} * kN + col) = make_float2(acc[q][2], acc[q][3]);
-    }
-  }
+  for (int q = 0; q < kTilesU; ++q) store_rows(gU, Tr::kV, 8 * (ng * kTilesU + q) + 2 * t, acc_u[q]);
 }
 
 }  // namespace openkda::cuda::chunk_forward
