@@ -121,8 +121,6 @@ def _chunk_fwd(
     _check_chunk_ranks("chunk_kda", q, k, v, cu_seqlens)
     out = _chunk_fwd_alloc(q, k, v, cu_seqlens, opts)
     o, final_state, h = out
-    if cu_seqlens is not None and q.is_cuda:
-        o.zero_()  # rows past cu_seqlens[-1] (padding) read as 0, as FLA's zero-filled output
     tensors = dict(
         q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
         initial_state=_c(initial_state), cu_seqlens=_c(cu_seqlens), o=o,

@@ -222,6 +222,12 @@ VARLEN = [
           h0_dtype="bf16"),
     _case(T=160, cu_seqlens=(0, 31, 96, 160), chunk_size=32, gate="softplus", h0=False),
     _case(T=129, cu_seqlens=(0, 64, 65, 129, 129), K=128, V=64, beta="neg", final=False),
+    # Rows outside [cu_seqlens[0], cu_seqlens[-1]) (a serving engine's padded token buffer; only
+    # device-side cu_seqlens may leave them): o is 0 there, written by the op itself (o comes
+    # NaN-poisoned, _run).
+    _case(T=200, cu_seqlens=(0, 70, 150), K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+          beta="sigmoid"),
+    _case(T=90, cu_seqlens=(5, 40, 80), chunk_size=32, cu_dtype="i32", dtype="f32"),
 ]
 
 

@@ -12,6 +12,9 @@
 //                       prepare_chunk_offsets. Global chunk c0 + c indexes h (and gamma).
 //   resolve_chunk(slot) the (sequence, chunk) of global chunk `slot`: dense by division, varlen by
 //                       binary search over chunk_offsets (empty sequences never match).
+//   zero_padding_rows   varlen: o = 0 on the rows outside [cu_seqlens[0], cu_seqlens[N]) (no
+//                       sequence's, FLA's zero-filled output), spread over every thread of the
+//                       grid that calls it.
 // Grid mapping: openkda_fwd_chunk_index_kernel is one CTA of kIndexThreads threads; thread i owns
 // the contiguous sequences [i * per, (i + 1) * per).
 // Shared memory: kIndexThreads / 32 + 1 int32 for the block scan.
@@ -20,6 +23,7 @@
 #include <cstdint>
 
 #include "cuda/chunk_fwd/params.h"
+#include "cuda/common/math.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
@@ -81,6 +85,21 @@ __device__ __forceinline__ bool resolve_chunk(const ChunkFwdParams& p, int64_t s
   cc.t0 = s.bos + cc.c * p.BT;
   cc.nv = static_cast<int>(min(static_cast<int64_t>(p.BT), s.len - cc.c * p.BT));
   return cc.nv > 0;
+}
+
+// Varlen (B = 1): element e of the padding rows [0, lo) and [hi, T) (lo, hi: cu_seqlens[0] and
+// cu_seqlens[N], clamped as in sequence_span) goes to the grid's thread e (mod its threads).
+__device__ __forceinline__ void zero_padding_rows(const ChunkFwdParams& p) {
+  const int64_t lo = min(max(load_cu(p, 0), int64_t{0}), p.T);
+  const int64_t hi = min(max(load_cu(p, p.N), lo), p.T);
+  const int64_t row = int64_t{p.HV} * p.V;
+  const int64_t pad = (lo + p.T - hi) * row;
+  const int64_t threads = int64_t{gridDim.x} * gridDim.y * blockDim.x;
+  const int64_t tid = (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t e = tid; e < pad; e += threads) {
+    const int64_t r = e / row;
+    store_f32(p.o, p.o_dtype, (r < lo ? r : hi + r - lo) * row + e % row, 0.0f);
+  }
 }
 
 // chunk_offsets[0 .. N] (varlen). One CTA of kIndexThreads threads.

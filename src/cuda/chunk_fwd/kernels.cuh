@@ -4,7 +4,8 @@
 //   openkda_fwd_chunk_index_kernel  varlen only: chunk_offsets = exclusive cumsum of
 //                                   ceil(len / BT)                              grid (1)
 //   openkda_fwd_prep_kernel         stages 1-3 per (chunk, value head): l2norm, gate, beta,
-//                                   G cumsum, A_qk, A_kk, Tinv, w, u, qg, kg, gamma -> workspace
+//                                   G cumsum, A_qk, A_kk, Tinv, w, u, qg, kg^T, gamma ->
+//                                   workspace; varlen: o = 0 on the padding rows
 //                                                                               grid (slots, HV)
 //   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, V slice): h snapshots,
 //                                   v_new, o, state update, final state   grid (N * HV * vsplit)
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
 
   const int64_t slot = blockIdx.x;
   const int hv = static_cast<int>(blockIdx.y);
+  if (p.cu_seqlens != nullptr) zero_padding_rows(p);  // before any CTA can return below
   ChunkCoord cc;
   if (!resolve_chunk(p, slot, cc)) return;              // past the last chunk (varlen grid bound)
   const int64_t row0 = int64_t{hv} * p.tokens + cc.t0;  // workspace row of chunk row 0
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const 
   // Two-stage cp.async pipeline over the chunks, two groups per chunk c, committed in this order:
   //   WQ(c)   sW, sQg                 issued once every warp has finished chunk c - 1's first
   //                                   products (prologue for c = 0)
-  //   REST(c) sKg, sA, sU, sGamma     issued once every warp has finished chunk c - 1
+  //   REST(c) sKgT, sA, sU, sGamma    issued once every warp has finished chunk c - 1
   // At the top of chunk c the newest group is REST(c): wait_group<1> completes WQ(c). In the
   // mid-chunk hook WQ(c + 1) is committed first, so wait_group<1> completes REST(c). Groups of
   // chunks past the end are committed empty, which keeps the counting uniform. Every refill is
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const 
       fence_proxy_async_shared();  // sA is read by wgmma
       __syncthreads();
     });
-    __syncthreads();  // every warp is done with sKg / sA / sU / sGamma of chunk c
+    __syncthreads();  // every warp is done with sKgT / sA / sU / sGamma of chunk c
     if (has_next)
       scan_load_rest<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), slot + 1, v0, smem);
     cp_async_commit();

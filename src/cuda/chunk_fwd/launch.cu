@@ -62,7 +62,7 @@ Dims dims_of(const ChunkFwdArgs& a) {
 // The workspace table (params.h): byte offsets of every buffer, each 128-byte aligned.
 struct WorkspaceLayout {
   int64_t slots = 0;  // chunk slots: exact for dense, an upper bound for varlen
-  size_t chunk_offsets = 0, w = 0, qg = 0, kg = 0, u = 0, aqk = 0, gamma = 0;
+  size_t chunk_offsets = 0, w = 0, qg = 0, kgT = 0, u = 0, aqk = 0, gamma = 0;
   size_t bytes = 0;
 };
 
@@ -80,7 +80,7 @@ WorkspaceLayout workspace_layout(const Dims& d) {
   L.chunk_offsets = take(d.varlen ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
   L.w = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
   L.qg = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
-  L.kg = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
+  L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.u = take(d.HV * tokens * d.V * int64_t{sizeof(float)});
   L.aqk = take(d.HV * tokens * d.BT * int64_t{sizeof(float)});
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
@@ -197,7 +197,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   if (d.varlen) p.chunk_offsets = reinterpret_cast<int32_t*>(base + L.chunk_offsets);
   p.w = reinterpret_cast<float*>(base + L.w);
   p.qg = reinterpret_cast<float*>(base + L.qg);
-  p.kg = reinterpret_cast<float*>(base + L.kg);
+  p.kgT = reinterpret_cast<float*>(base + L.kgT);
   p.u = reinterpret_cast<float*>(base + L.u);
   p.aqk = reinterpret_cast<float*>(base + L.aqk);
   p.gamma = reinterpret_cast<float*>(base + L.gamma);

@@ -94,7 +94,7 @@ struct ChunkFwdParams {
   int32_t* chunk_offsets = nullptr;  // varlen only
   float* w = nullptr;
   float* qg = nullptr;
-  float* kg = nullptr;
+  float* kgT = nullptr;  // per chunk slot: kg^T as [BT / 8][K][8] (the scan's wgmma B operand)
   float* u = nullptr;
   float* aqk = nullptr;
   float* gamma = nullptr;

@@ -10,21 +10,24 @@
 // The state is held transposed, S^T [V, K], in f32 accumulators: warpgroup wg of the CTA owns the
 // 64 value columns v0 + 64 wg .. + 63 (rows of S^T; warp w the 16 from v0 + 16 w) and all K rows,
 // K / 2 registers per thread. Products (tf32 operands, f32 accumulation; w, qg, kg and A_qk come
-// tf32-rounded from the prep kernel, S^T and v_new are rounded here):
-//   X^T = S^T w^T,  O^T = S^T qg^T     wgmma m64 x BT x 8, A = S^T (registers), B = sW / sQg
-//   O^T += v_new^T A_qk^T              wgmma, A = v_new^T (registers), B = sA
-//   U^T = v_new^T kg                   mma.sync m16n8k8 per warp (tf32 wgmma has no transposed B,
-//                                      and kg is stored [j][d]); S^T = S^T diag(gamma) + U^T
-//                                      (the final add is an IEEE f32 fma)
+// tf32-rounded from the prep kernel, S^T and v_new are rounded here), all wgmma m64 x N x 8 with
+// A from registers:
+//   X^T = S^T w^T,  O^T = S^T qg^T     N = BT, A = S^T, B = sW / sQg
+//   O^T += v_new^T A_qk^T              N = BT, A = v_new^T, B = sA
+//   S^T = S^T diag(gamma) + v_new^T kg N = K, A = v_new^T, B = sKgT (kg^T, which the prep stores
+//                                      transposed because tf32 wgmma reads B K-major only); the
+//                                      gamma scaling is an f32 multiply before the product
+//                                      accumulates into S^T
 // wgmma reads each B tile once per warpgroup instead of once per warp.
 //
 // Column orders (why the loaders permute rows): an accumulator tile holds columns (2t, 2t + 1)
 // in thread t, an A fragment columns (t, t + 4). Every accumulator that feeds a later product as
 // A therefore keeps its 8-column tiles in the pair order sigma = [0, 4, 1, 5, 2, 6, 3, 7]:
 // physical column 8 n + p holds logical index 8 n + sigma(p), so thread t's pair is the logical
-// (t, t + 4) and the tile is an A fragment as it stands. S^T gets that order from the kg columns
-// its update reads (sigma(g)); X^T and O^T get it from the rows of sW, sQg and sA, which the
-// loaders store at row p = the chunk row scan_row(p); v_new inherits it from X^T. So
+// (t, t + 4) and the tile is an A fragment as it stands. S^T gets that order from the B rows of
+// its update (sKgT, whose loader stores row p = d scan_row(p)); X^T and
+// O^T get it from the rows of sW, sQg and sA, which the loaders store at row p = the chunk row
+// scan_row(p); v_new inherits it from X^T. So
 //   S^T register (nt, e) is d = 8 nt + t + 4 (e % 2); X^T, O^T, v_new^T (nn, e) are row
 //   j = 8 nn + t + 4 (e % 2) of the chunk,
 // and every product sums over logical indices in natural order (the B tiles keep natural K).
@@ -34,9 +37,9 @@
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
 // chunks in order. Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K] and sA
-// [BT][BT] swizzled, sKg [BT][K + 8], sGamma [K], sU [BT][vs + 4]: 149 KB at K = 128, BT = 64,
-// vs = 128. Pipeline (kernels.cuh): the next chunk's sW / sQg load while this chunk finishes
-// (after the first products), its sKg / sA / sU / sGamma while the next chunk's first products
+// [BT][BT] swizzled, sKgT [K][BT] swizzled, sGamma [K], sU [BT][vs + 4]: 147 KB at K = 128, BT =
+// 64, vs = 128. Pipeline (kernels.cuh): the next chunk's sW / sQg load while this chunk finishes
+// (after the first products), its sKgT / sA / sU / sGamma while the next chunk's first products
 // run; two cp.async groups per chunk, no extra shared memory.
 #pragma once
 
@@ -100,15 +103,19 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
 // The cp.async copies of one chunk's tiles (rows past the chunk are zero-filled), in two groups
 // so that the scan kernel can prefetch the next chunk into buffers as soon as they are dead:
 //   scan_load_wq    sW, sQg                (read only by the first products of scan_step)
-//   scan_load_rest  sKg, sA, sU, sGamma    (read only after scan_step's mid-chunk hook)
-// sW, sQg and sA are swizzled wgmma tiles whose physical row p holds chunk row scan_row(p).
+//   scan_load_rest  sKgT, sA, sU, sGamma   (read only after scan_step's mid-chunk hook)
+// sW, sQg and sA are swizzled wgmma tiles whose physical row p holds chunk row scan_row(p); sKgT
+// is one whose physical row p holds d = scan_row(p).
 //
 // copy_rows: kRows rows of kC4 16-byte chunks. Thread tid copies chunk c = tid % kC4 of tile
 // rows r0 + kStep i (r0 = tid / kC4, kStep = kThreads / kC4). Rows 8 apart share the swizzle
 // phase and shift scan_row by 8, so the offsets of a thread's first kPhases rows are computed
 // once and every copy after them is a base plus a compile-time offset. A full chunk (nv = kRows)
-// takes the unpredicated path.
-template <int kThreads, int kRows, int kC4, int kRowBytes, bool kSwizzle, bool kPairRows>
+// takes the unpredicated path. Source rows are contiguous (row r at src + r src_ld), or, with
+// kGroupLd > 0, stored in 8-float groups kGroupLd floats apart (kg^T's [BT / 8][K][8] layout:
+// src_ld = 8, kGroupLd = 8 K).
+template <int kThreads, int kRows, int kC4, int kRowBytes, bool kSwizzle, bool kPairRows,
+          int kGroupLd = 0>
 __device__ __forceinline__ void copy_rows(uint32_t dst, const float* src, int64_t src_ld, int nv) {
   static_assert(kThreads % kC4 == 0, "whole rows per pass");
   constexpr int kStep = kThreads / kC4;
@@ -125,7 +132,7 @@ __device__ __forceinline__ void copy_rows(uint32_t dst, const float* src, int64_
     const int row = kPairRows ? scan_row(r) : r;
     const uint32_t d = dst + (kSwizzle ? swizzled_offset<kRows>(r, c)
                                        : static_cast<uint32_t>(r * kRowBytes + 16 * c));
-    const float* s = src + row * src_ld + 4 * c;
+    const float* s = src + row * src_ld + (kGroupLd > 0 ? (c / 2) * kGroupLd + 4 * (c % 2) : 4 * c);
     const int64_t s_step = kAdvance * src_ld;
     // NOTE: rolled loops: a pointer and an address advance per copy. Unrolled, the compiler
     // keeps every copy's 64-bit address live at once, and the mid-chunk loader spills.
@@ -159,8 +166,9 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, 
   constexpr int kK = Tr::kK, kBT = Tr::kBT;
   constexpr int kVs = kThreads / 2;  // 16 value columns per warp
   const int64_t row0 = int64_t{hv} * p.tokens + t0;
-  copy_rows<kThreads, kBT, kK / 4, Tr::kLdKg * 4, false, false>(smem_address(smem + Tr::kOffKg),
-                                                                p.kg + row0 * kK, kK, nv);
+  // kg^T: all K rows are valid (the prep zeroed the columns j >= nv), rows d in pair order.
+  copy_rows<kThreads, kK, kBT / 4, 0, true, true, 8 * kK>(
+      smem_address(smem + Tr::kOffKgT), p.kgT + (int64_t{hv} * p.slots + slot) * kK * kBT, 8, kK);
   copy_rows<kThreads, kBT, kBT / 4, 0, true, true>(smem_address(smem + Tr::kOffA),
                                                    p.aqk + row0 * kBT, kBT, nv);
   copy_rows<kThreads, kBT, kVs / 4, Tr::ld_u(kVs) * 4, false, false>(
@@ -192,7 +200,7 @@ __device__ __forceinline__ void store_o_rows(const ChunkFwdParams& p, int64_t o_
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
 // i < nv are written. On entry sW and sQg hold the chunk's tiles (made visible to wgmma by the
 // caller: fence.proxy.async after the cp.async wait, then a barrier); `mid()` is called by every
-// thread right after the last read of sW / sQg and must return with sKg, sA, sU and sGamma of
+// thread right after the last read of sW / sQg and must return with sKgT, sA, sU and sGamma of
 // the chunk visible the same way (the kernel's pipeline: it refills sW / sQg with the next chunk
 // there).
 template <class Tr, class Mid>
@@ -204,7 +212,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   const uint32_t sW = smem_address(smem + Tr::kOffW);
   const uint32_t sQg = smem_address(smem + Tr::kOffQg);
   const uint32_t sA = smem_address(smem + Tr::kOffA);
-  const float* sKg = reinterpret_cast<const float*>(smem + Tr::kOffKg);
+  const uint32_t sKgT = smem_address(smem + Tr::kOffKgT);
   const float* sGamma = reinterpret_cast<const float*>(smem + Tr::kOffGamma);
   const float* sU = reinterpret_cast<const float*>(smem + Tr::kOffU);
   const int ld_u = Tr::ld_u(p.vs);
@@ -240,7 +248,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
   wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 
-  // sW and sQg are dead from here on; sKg, sA, sU, sGamma are ready after the hook.
+  // sW and sQg are dead from here on; sKgT, sA, sU, sGamma are ready after the hook.
   mid();
 
   // v_new^T = u^T - X^T (rows past the chunk: 0), then as A operands.
@@ -256,33 +264,32 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
     a_from_acc(vn, va[nn]);
   }
 
-  // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros).
+  // S^T <- S^T diag(gamma) (no product reads S^T now: X^T and O^T used converted copies).
+#pragma unroll
+  for (int nt = 0; nt < kNK; ++nt) {
+    const float gm0 = sGamma[8 * nt + t], gm1 = sGamma[8 * nt + t + 4];
+    s[nt][0] *= gm0;
+    s[nt][1] *= gm1;
+    s[nt][2] *= gm0;
+    s[nt][3] *= gm1;
+  }
+
+  // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros) and
+  // S^T += v_new^T kg (N = K; B = kg^T, rows d in pair order, so S^T keeps its column order),
+  // one commit group.
   wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  wgmma_fence_operands<4 * kNK>(&s[0][0]);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kNJ; ++kk)
     wgmma_tf32<Tr::kBT>(&o[0][0], va[kk], wgmma_desc<Tr::kBT>(sA, kk));
+#pragma unroll
+  for (int kk = 0; kk < kNJ; ++kk)
+    wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc<Tr::kK>(sKgT, kk));
   wgmma_commit();
-
-  // S^T = S^T diag(gamma) + v_new^T kg, one 8-column tile of d at a time (mma.sync, while the
-  // O^T product runs); column p of a tile is d = 8 nt + sigma(p).
-  const int dg = (g >> 1) | ((g & 1) << 2);  // sigma(g)
-#pragma unroll
-  for (int nt = 0; nt < kNK; ++nt) {
-    float upd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int kk = 0; kk < kNJ; ++kk) {
-      const float* b = sKg + (8 * kk + t) * Tr::kLdKg + 8 * nt + dg;
-      mma_tf32(upd, va[kk], tf32_bits(b[0]), tf32_bits(b[4 * Tr::kLdKg]));
-    }
-    const float gm0 = sGamma[8 * nt + t], gm1 = sGamma[8 * nt + t + 4];
-    s[nt][0] = fmaf(s[nt][0], gm0, upd[0]);
-    s[nt][1] = fmaf(s[nt][1], gm1, upd[1]);
-    s[nt][2] = fmaf(s[nt][2], gm0, upd[2]);
-    s[nt][3] = fmaf(s[nt][3], gm1, upd[3]);
-  }
   wgmma_wait<0>();
   wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  wgmma_fence_operands<4 * kNK>(&s[0][0]);
 
   // o rows i < nv (one dtype switch per chunk).
   const int64_t o_base = (t0 * p.HV + hv) * int64_t{p.V} + v0 + vl;

@@ -93,15 +93,14 @@ struct ScanTraits {
   // ---- shared memory plan (bytes from a 1024-byte aligned base); one chunk's tiles ----
   //   sW, sQg [kBT][kK] tf32, sA [kBT][kBT] tf32: wgmma B operands, 128-byte swizzled K-major
   //     (wgmma.cuh), rows in the pair order of scan_row (state.cuh); 1024-byte aligned.
-  //   sKg [kBT][kLdKg] f32: mma.sync B operand, read at (row t, column sigma(g)) of 8-row and
-  //     8-column tiles: kLdKg = 8 (mod 32) keeps the four rows t on distinct banks.
+  //   sKgT [kK][kBT] tf32: the state update's wgmma B operand (kg^T: N = d, K-major along the
+  //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.
   //   sGamma [kK], sU [kBT][vs + 4] (read at (row j, column g): any stride).
-  static constexpr int kLdKg = kK + 8;
   static constexpr int kOffW = 0;
   static constexpr int kOffQg = kOffW + kBT * kK * 4;
   static constexpr int kOffA = kOffQg + kBT * kK * 4;
-  static constexpr int kOffKg = kOffA + kBT * kBT * 4;
-  static constexpr int kOffGamma = kOffKg + kBT * kLdKg * 4;
+  static constexpr int kOffKgT = kOffA + kBT * kBT * 4;
+  static constexpr int kOffGamma = kOffKgT + kK * kBT * 4;
   static constexpr int kOffU = kOffGamma + kK * 4;
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 
@@ -112,9 +111,8 @@ struct ScanTraits {
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
   static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64 (wgmma N)");
-  static_assert(kOffQg % 1024 == 0 && kOffA % 1024 == 0 && kOffKg % 1024 == 0,
+  static_assert(kOffQg % 1024 == 0 && kOffA % 1024 == 0 && kOffKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
-  static_assert(kLdKg % 32 == 8, "bank-conflict-free B fragments of kg");
   static_assert(kOffGamma % 16 == 0 && kOffU % 16 == 0, "16-byte cp.async destinations");
   static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
 };

@@ -5,7 +5,8 @@
 // workspace tiles are token-indexed and those rows belong to the next chunk):
 // w, qg and kg (and the w / u operands in sQ, sK) are stored rounded to tf32: only mma reads them.
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
-//   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg   (G_last: row nv - 1)
+//   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
+//                                                   transposed per chunk, [K][BT])
 //   gamma = exp2(G_last)                          -> workspace gamma (one row per chunk)
 //   w     = Tinv (beta k exp2(G))                 -> workspace w
 //   u     = Tinv (beta v)                         -> workspace u
@@ -30,36 +31,47 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// qg, kg and gamma to the workspace, by `threads` threads (`tid` in [0, threads)): the warps the
+// qg, kg^T and gamma to the workspace, by `threads` threads (`tid` in [0, threads)): the warps the
 // intra products leave free, while those still read sQ, sK and sG (read-only here). `row0`:
 // workspace row of the chunk's row 0; `slot`: the chunk's global index.
+//   qg: token rows i < nv of [tokens, K], thread (i, 4 columns d): float4 row reads and stores.
+//   kg^T: the chunk's whole tile (columns j >= nv are 0: k is 0 there), the scan's wgmma B
+//     operand of the state update (K-major, so transposed here), stored as [BT / 8][K][8]: element
+//     (d, j) at (j / 8) 8K + 8 d + j % 8. Thread (d, 8 columns j), a warp 32 consecutive d:
+//     conflict-free column reads of sK and sG, and 1 KB of contiguous stores.
 template <class Tr>
 __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
-                                                 int64_t row0, int64_t slot, int hv, const float* sQ,
-                                                 const float* sK, const float* sG, int tid,
-                                                 int threads) {
+                                                 int64_t row0, int64_t slot, int hv,
+                                                 const float* sQ, const float* sK, const float* sG,
+                                                 int tid, int threads) {
   constexpr int kC4 = Tr::kK / 4;
   constexpr int kLd = Tr::kLdX;
   const float* sGlast = sG + (cc.nv - 1) * kLd;
   float* gQg = p.qg + row0 * Tr::kK;
-  float* gKg = p.kg + row0 * Tr::kK;
   for (int idx = tid; idx < cc.nv * kC4; idx += threads) {
     const int i = idx / kC4, d = 4 * (idx % kC4);
     const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
-    const float4 k4 = *reinterpret_cast<const float4*>(sK + i * kLd + d);
     const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
-    const float4 l4 = *reinterpret_cast<const float4*>(sGlast + d);
     // Every factor below ends in a tf32-rounded operand: exp2_operand (math.cuh).
     *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) =
         make_float4(tf32_round(p.scale * q4.x * exp2_operand(g4.x)),
                     tf32_round(p.scale * q4.y * exp2_operand(g4.y)),
                     tf32_round(p.scale * q4.z * exp2_operand(g4.z)),
                     tf32_round(p.scale * q4.w * exp2_operand(g4.w)));
-    *reinterpret_cast<float4*>(gKg + int64_t{i} * Tr::kK + d) =
-        make_float4(tf32_round(k4.x * exp2_operand(l4.x - g4.x)),
-                    tf32_round(k4.y * exp2_operand(l4.y - g4.y)),
-                    tf32_round(k4.z * exp2_operand(l4.z - g4.z)),
-                    tf32_round(k4.w * exp2_operand(l4.w - g4.w)));
+  }
+  float* gKgT = p.kgT + (int64_t{hv} * p.slots + slot) * Tr::kK * Tr::kBT;
+  for (int idx = tid; idx < Tr::kK * (Tr::kBT / 8); idx += threads) {
+    const int d = idx % Tr::kK, j = 8 * (idx / Tr::kK);
+    const float gl = sGlast[d];
+    float y[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int at = (j + e) * kLd + d;
+      y[e] = tf32_round(sK[at] * exp2_operand(gl - sG[at]));
+    }
+    float4* dst = reinterpret_cast<float4*>(gKgT + (j * Tr::kK + 8 * d));
+    dst[0] = make_float4(y[0], y[1], y[2], y[3]);
+    dst[1] = make_float4(y[4], y[5], y[6], y[7]);
   }
   float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * Tr::kK;
   for (int d = tid; d < Tr::kK; d += threads) gGamma[d] = exp2f(sGlast[d]);
@@ -122,8 +134,8 @@ __device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const Chunk
 template <class Tr>
 __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, const float* sK,
                                             float* gW, float* gU, int nv) {
-  constexpr int kMT = Tr::kBT / kSubChunk;  // 16-row tiles
-  constexpr int kNG = Tr::kWarps / kMT;     // column groups
+  constexpr int kMT = Tr::kBT / kSubChunk;     // 16-row tiles
+  constexpr int kNG = Tr::kWarps / kMT;        // column groups
   constexpr int kTilesW = (Tr::kK / 8) / kNG;  // 8-column tiles per warp
   constexpr int kTilesU = (Tr::kV / 8) / kNG;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -158,9 +170,11 @@ __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, co
       }
     }
   }
-  const auto store_rows = [&](float* gOut, int ld, int col, const float (&c)[4]) {
-    if (r0 < nv) *reinterpret_cast<float2*>(gOut + int64_t{r0} * ld + col) = make_float2(c[0], c[1]);
-    if (r1 < nv) *reinterpret_cast<float2*>(gOut + int64_t{r1} * ld + col) = make_float2(c[2], c[3]);
+  const auto store_rows = [&](float* gOut, int ld, int col, const float(&c)[4]) {
+    if (r0 < nv)
+      *reinterpret_cast<float2*>(gOut + int64_t{r0} * ld + col) = make_float2(c[0], c[1]);
+    if (r1 < nv)
+      *reinterpret_cast<float2*>(gOut + int64_t{r1} * ld + col) = make_float2(c[2], c[3]);
   };
 #pragma unroll
   for (int q = 0; q < kTilesW; ++q) {
@@ -169,7 +183,8 @@ __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, co
     store_rows(gW, Tr::kK, 8 * (ng * kTilesW + q) + 2 * t, c);
   }
 #pragma unroll
-  for (int q = 0; q < kTilesU; ++q) store_rows(gU, Tr::kV, 8 * (ng * kTilesU + q) + 2 * t, acc_u[q]);
+  for (int q = 0; q < kTilesU; ++q)
+    store_rows(gU, Tr::kV, 8 * (ng * kTilesU + q) + 2 * t, acc_u[q]);
 }
 
 }  // namespace openkda::cuda::chunk_forward

@@ -97,7 +97,8 @@ __device__ __forceinline__ float sigmoid_f32(float x) {
   return __frcp_rn(1.0f + exp_f32(-x));
 }
 
-// 1 / (1 + 2^(-x log2 e)): x -> -inf gives 2^+inf = inf and rcp(inf) = 0 (never NaN); NaN stays NaN.
+// 1 / (1 + 2^(-x log2 e)): x -> -inf gives 2^+inf = inf and rcp(inf) = 0 (never NaN); NaN stays
+// NaN.
 __device__ __forceinline__ float sigmoid_fast(float x) {
   constexpr float kLog2e = 1.4426950408889634f;
   float e, r;
