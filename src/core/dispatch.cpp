@@ -26,10 +26,11 @@ bool on_cuda(const TensorRef& t) {
   return t.device.type == DeviceType::kCUDA;
 }
 
-Status no_cuda_kernel(const char* op) {
-  return Status::NotSupported(std::string(op) +
-                              ": q.device cuda; expected cpu (the CUDA kernels of this op are not "
-                              "built yet: they are the GPU issues' work)");
+// A CUDA tensor in a build without the CUDA backend (OPENKDA_ENABLE_CUDA=OFF).
+[[maybe_unused]] Status no_cuda_backend(const char* op, const char* tensor) {
+  return Status::NotSupported(std::string(op) + ": " + tensor +
+                              ".device cuda; expected cpu (this build has no CUDA backend: "
+                              "configure with OPENKDA_ENABLE_CUDA=ON)");
 }
 
 Status check_workspace(const char* op, Workspace ws, size_t needed) {
@@ -117,7 +118,7 @@ Status can_implement(const ChunkFwdArgs& a) {
 #ifdef OPENKDA_WITH_CUDA
     return cuda::chunk_fwd_can_implement(a);
 #else
-    return no_cuda_kernel("chunk_kda");
+    return no_cuda_backend("chunk_kda", "q");
 #endif
   }
   return Status::Ok();
@@ -149,7 +150,10 @@ Status run(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
 // ---- chunk_kda backward ------------------------------------------------------------------------
 Status can_implement(const ChunkBwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(validate(a));
-  if (on_cuda(a.q)) return no_cuda_kernel("chunk_kda_bwd");
+  if (on_cuda(a.q))
+    return Status::NotSupported(
+        "chunk_kda_bwd: q.device cuda; expected cpu (the chunk_kda backward has no CUDA kernel "
+        "yet)");
   return Status::Ok();
 }
 
@@ -176,7 +180,7 @@ Status can_implement(const RecurrentFwdArgs& a) {
 #ifdef OPENKDA_WITH_CUDA
     return cuda::recurrent_fwd_supported(a);
 #else
-    return no_cuda_kernel("fused_recurrent_kda");
+    return no_cuda_backend("fused_recurrent_kda", "q");
 #endif
   }
   return Status::Ok();
@@ -211,7 +215,7 @@ Status run(const GateFwdArgs& a, Workspace, Stream stream) {
 #ifdef OPENKDA_WITH_CUDA
     return cuda::gate_fwd(a, stream);
 #else
-    return Status::NotSupported("fused_kda_gate: g.device cuda; this build has no CUDA backend");
+    return no_cuda_backend("fused_kda_gate", "g");
 #endif
   }
   cpu::gate_fwd_cpu(a);
@@ -237,8 +241,7 @@ Status run(const GateBwdArgs& a, Workspace ws, Stream stream) {
         check_workspace("fused_kda_gate_bwd", ws, cuda::gate_bwd_workspace_bytes(a)));
     return cuda::gate_bwd(a, ws, stream);
 #else
-    return Status::NotSupported(
-        "fused_kda_gate_bwd: g.device cuda; this build has no CUDA backend");
+    return no_cuda_backend("fused_kda_gate_bwd", "g");
 #endif
   }
   cpu::gate_bwd_cpu(a);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -21,9 +22,14 @@ std::string str(const std::string& s) {
 std::string str(const char* s) {
   return s;
 }
+// The shortest %g form that reads back as v (6 digits for round values, up to 17), so that a
+// message never shows a rejected value rounded onto the bound it violates.
 std::string str(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v || v != v) break;
+  }
   return buf;
 }
 template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
@@ -400,8 +406,6 @@ Status validate(const RecurrentFwdArgs& a) {
     OPENKDA_RETURN_IF_ERROR(c.dtype_in(idx, "ssm_state_indices", {DType::kI32, DType::kI64}));
     OPENKDA_RETURN_IF_ERROR(c.placed(idx, "ssm_state_indices"));
   }
-  if (pool && a.ssm_state_indices.device.type == DeviceType::kCPU)
-    OPENKDA_RETURN_IF_ERROR(check_state_indices(c, a, N));
   if (a.num_accepted_tokens.defined()) {
     if (!pool)
       return c.fail("num_accepted_tokens is defined without ssm_state_indices; expected both");
@@ -409,6 +413,18 @@ Status validate(const RecurrentFwdArgs& a) {
     OPENKDA_RETURN_IF_ERROR(
         c.dtype_in(a.num_accepted_tokens, "num_accepted_tokens", {DType::kI32, DType::kI64}));
     OPENKDA_RETURN_IF_ERROR(c.placed(a.num_accepted_tokens, "num_accepted_tokens"));
+  }
+  // After num_accepted_tokens' own checks: check_state_indices reads it on the host.
+  if (pool && a.ssm_state_indices.device.type == DeviceType::kCPU) {
+    OPENKDA_RETURN_IF_ERROR(check_state_indices(c, a, N));
+  } else if (pool && !a.cu_seqlens.defined() && T > 0) {
+    // Device indices are never read here, but without cu_seqlens every sequence has T tokens,
+    // and token t uses column t: the shape alone must cover them.
+    const int64_t cols = a.ssm_state_indices.ndim == 2 ? a.ssm_state_indices.shape[1] : 1;
+    if (T > cols)
+      return c.fail(cat("ssm_state_indices.shape ", shape_str(a.ssm_state_indices), " has ", cols,
+                        " slot(s) per sequence but every sequence has T = ", T,
+                        " tokens; expected [N, max_tokens] with max_tokens >= ", T));
   }
   OPENKDA_RETURN_IF_ERROR(c.tensor(a.o, "o", {B, T, HV, V}, "[B, T, HV, V]"));
   if (a.final_state.defined() && !a.inplace_final_state) {

@@ -228,6 +228,9 @@ TEST_F(ChunkValidate, SafeGateLowerBoundRange) {
     args.lower_bound = lb;
     EXPECT_TRUE(IsOk(check())) << lb;
   }
+  // The value seen is printed with the digits that tell it from the bound it violates.
+  args.lower_bound = -5.0000001;
+  EXPECT_TRUE(Invalid(check(), {"lower_bound = -5.0000001;", "[-5, 0)"}));
   // The range is not enforced without safe_gate, nor for a pre-gated g.
   args.lower_bound = -8.0;
   args.safe_gate = false;
@@ -537,6 +540,38 @@ TEST_F(RecurrentValidate, NumAcceptedTokens) {
   args.inplace_final_state = false;
   args.initial_state = openkda::TensorRef{};
   EXPECT_TRUE(Invalid(check(), {"num_accepted_tokens", "without ssm_state_indices"}));
+}
+
+TEST_F(RecurrentValidate, NumAcceptedTokensCheckedBeforeItIsRead) {
+  // check_state_indices reads num_accepted_tokens on the host: a wrong shape or dtype must be
+  // reported first (an empty tensor used to be read past its end).
+  HostTensor empty(DType::kI32, {0});
+  args.num_accepted_tokens = empty.ref();
+  EXPECT_TRUE(Invalid(check(), {"num_accepted_tokens.shape [0]", "[N]"}));
+  HostTensor f(DType::kF32, {5});
+  f.fill(1.0);
+  args.num_accepted_tokens = f.ref();
+  EXPECT_TRUE(Invalid(check(), {"num_accepted_tokens.dtype f32", "i32, i64"}));
+}
+
+TEST_F(RecurrentValidate, DeviceIndicesCoverEveryTokenWithoutCuSeqlens) {
+  // A dense batch (no cu_seqlens) of T = 5 tokens with one slot column: rejected from the shape
+  // alone when the indices are on the device (they are never read on the host). Validation runs
+  // before any backend, so the tensors only need a CUDA device tag here.
+  args.cu_seqlens = openkda::TensorRef{};
+  for (openkda::TensorRef* t : {&args.q, &args.k, &args.v, &args.g, &args.beta, &args.o,
+                                &args.initial_state, &args.ssm_state_indices})
+    t->device = openkda::Device{openkda::DeviceType::kCUDA, 0};
+  HostTensor one(DType::kI32, {1});
+  args.ssm_state_indices = one.ref();
+  args.ssm_state_indices.device = openkda::Device{openkda::DeviceType::kCUDA, 0};
+  EXPECT_TRUE(
+      Invalid(check(), {"ssm_state_indices.shape [1]", "T = 5 tokens", "max_tokens >= 5"}));
+  HostTensor five(DType::kI32, {1, 5});  // one sequence, a column per token: past validation
+  args.ssm_state_indices = five.ref();
+  args.ssm_state_indices.device = openkda::Device{openkda::DeviceType::kCUDA, 0};
+  const openkda::Status s = check();
+  EXPECT_FALSE(HasSubstr(s.message(), "ssm_state_indices")) << s.message();
 }
 
 TEST_F(RecurrentValidate, InPlaceNeedsInitialState) {
