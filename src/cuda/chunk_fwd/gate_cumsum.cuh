@@ -9,7 +9,7 @@
 //   sG[i] = g_i (pre-gated) | -exp(A_log) softplus(g_i + dt_bias) | L sigmoid(a (g_i + dt_bias))
 //           (softplus: accurate expf / log1pf; lower bound: sigmoid_fast, math.cuh)
 //   sBeta[i] = beta_i | s sigmoid(beta_i), s = 2 with allow_neg_eigval
-//   then sG[i] <- RCP_LN2 * sum_{r <= i} g_r   (G: chunk-local inclusive cumsum, log2 units)
+//   then sG[i] <- log2(e) * sum_{r <= i} g_r   (G: chunk-local inclusive cumsum, log2 units)
 // The cumsum is exactly monotone: with every g <= 0, G_i <= G_j for i >= j in f32 (each partial
 // sum adds a non-positive term), so every exp2 argument of the later stages is <= 0.
 //
@@ -23,16 +23,12 @@
 #include <cstdint>
 
 #include "cuda/chunk_fwd/chunk_index.cuh"
-#include "cuda/chunk_fwd/io.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/common/math.cuh"
 #include "cuda/common/vec.cuh"
 
 namespace openkda::cuda::chunk_forward {
-
-constexpr float kRcpLn2 = 1.4426950408889634f;  // 1 / ln 2, rounded to f32
-constexpr float kL2NormEps = 1e-6f;
 
 // Per-token log-decay (natural log) of the lane's kRows x kPer gate values x (in place), for one
 // gate mode fixed at compile time (load_chunk_inputs switches once per CTA, not per element):
@@ -54,10 +50,6 @@ __device__ __forceinline__ void gate_activation_rows(float lower_bound, float a,
         x[r][e] = lower_bound * sigmoid_fast(a * y);
       }
     }
-}
-
-__device__ __forceinline__ float beta_activation(const ChunkFwdParams& p, float b) {
-  return p.beta_sigmoid ? p.beta_scale * sigmoid_f32(b) : b;
 }
 
 // kPer (2 or 4) consecutive floats as one 8- or 16-byte shared store (conflict-free per warp).
@@ -161,8 +153,8 @@ __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, c
 // q, k (l2-normalised when requested), the gate activation g and beta of rows [0, kBT).
 // Warp w owns rows w + kWarps r (r < kRows); all its q and k loads are issued as one batch, then
 // all its g loads (prefetched to L2 by prefetch_chunk_inputs), then the per-row math, then beta
-// (also prefetched). Rows past
-// the chunk load row 0 (always valid, nv >= 1) and are zeroed, so every load is unconditional.
+// (also prefetched). Rows past the chunk load row 0 (always valid, nv >= 1) and are zeroed, so
+// every load is unconditional.
 template <class Tr>
 __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                   int hv, float* sQ, float* sK, float* sG,
@@ -240,12 +232,13 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   if (static_cast<int>(threadIdx.x) < Tr::kBT) {
     sBeta[threadIdx.x] =
         static_cast<int>(threadIdx.x) < cc.nv
-            ? beta_activation(p, load_f32(p.beta, p.beta_dtype, (cc.t0 + threadIdx.x) * p.HV + hv))
+            ? beta_activation(load_f32(p.beta, p.beta_dtype, (cc.t0 + threadIdx.x) * p.HV + hv),
+                              p.beta_sigmoid, p.beta_scale)
             : 0.0f;
   }
 }
 
-// sG <- RCP_LN2 * inclusive cumsum over the rows (in place). Starts and ends with a block barrier
+// sG <- log2(e) * inclusive cumsum over the rows (in place). Starts and ends with a block barrier
 // (the caller's writes of sG become visible; the result is visible to every thread on return).
 template <class Tr>
 __device__ __forceinline__ void chunk_cumsum(float* sG, float* sPart) {
@@ -266,7 +259,7 @@ __device__ __forceinline__ void chunk_cumsum(float* sG, float* sPart) {
   for (int q = 0; q < part; ++q) off += sPart[q * Tr::kK + d];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    sG[(part * kRows + r) * Tr::kLdX + d] = (off + x[r]) * kRcpLn2;
+    sG[(part * kRows + r) * Tr::kLdX + d] = (off + x[r]) * kLog2e;
   }
   __syncthreads();
 }

@@ -13,12 +13,14 @@
 // All three run on the caller's stream in this order; nothing synchronises the host. No atomics:
 // every reduction has a fixed order, so results are bitwise reproducible.
 //
-// Precision map (docs/design.md): inputs are read in their dtype and converted to f32; every
-// intermediate (G, A_qk, A_kk, Tinv, w, u, qg, kg, v_new, the state) is f32 in shared memory,
-// registers and the workspace; products are tf32 tensor-core mma with f32 accumulation (operands
-// rounded to nearest to 10 mantissa bits); transcendental functions are CUDA's accurate f32 ones
-// (exp2f, expf, log1pf); the state update's final add is an f32 fma. Outputs are rounded once, to
-// o's and h's dtypes; the final state is f32.
+// Precision map (README.md in this folder has the whole of it): inputs are read in their dtype
+// and converted to f32; every intermediate (G, A_qk, A_kk, Tinv, w, u, qg, kg, v_new, the state)
+// is f32 in shared memory, registers and the workspace; products are tf32 tensor-core mma /
+// wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits); exp2 factors
+// that become tf32 operands use ex2.approx (exp2_operand), the lower-bound gate sigmoid_fast,
+// everything else CUDA's accurate f32 functions; the state update scales S by gamma in f32 and
+// accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's dtypes; the final
+// state is f32.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -75,12 +75,13 @@ __device__ __forceinline__ void cp_async_wait_all() {
 }
 
 // Closes this thread's current group of cp.async (an empty group is allowed and completes at
-// once), and waits until at most kPending of this thread's newest groups are still in flight
-// (groups complete in commit order). The caller then syncs the block.
+// once).
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// Waits until at most kPending of this thread's newest groups are still in flight (groups
+// complete in commit order). The caller then syncs the block.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");

@@ -19,7 +19,9 @@
 // Workspace (launch.cu: WorkspaceLayout; f32 unless noted, token rows head-major so that the rows
 // of one chunk are one contiguous tile):
 //   chunk_offsets [N + 1] i32      first chunk of every sequence (varlen only)
-//   w, qg, kg     [HV, tokens, K]  w = Tinv (beta k E); qg = scale q E; kg = k exp2(G_last - G)
+//   w, qg         [HV, tokens, K]  w = Tinv (beta k E); qg = scale q E
+//   kgT           [HV, slots, BT / 8, K, 8]  kg^T per chunk slot, kg = k exp2(G_last - G):
+//                 element (d, j) of a slot at (j / 8) 8K + 8d + j % 8 (columns j >= nv are 0)
 //   u             [HV, tokens, V]  u = Tinv (beta v)
 //   aqk           [HV, tokens, BT] scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
 //   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)

@@ -1,22 +1,23 @@
 // Stage 3 of the chunk_kda forward (prep kernel): the gated keys and the WY representation.
 // CPU twin: cpu/chunk_fwd.cpp fwd_wy.
 //
-// What it computes, for rows i < nv of one chunk (rows past the chunk are never written: the
-// workspace tiles are token-indexed and those rows belong to the next chunk):
+// What it computes, for rows i < nv of one chunk (rows past the chunk are never written to the
+// token-indexed tiles w, qg, u: those rows belong to the next chunk; the per-slot kg^T tile is
+// written whole, with zero columns j >= nv):
 // w, qg and kg (and the w / u operands in sQ, sK) are stored rounded to tf32: only mma reads them.
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
-//                                                   transposed per chunk, [K][BT])
+//                                                   transposed per chunk slot, params.h)
 //   gamma = exp2(G_last)                          -> workspace gamma (one row per chunk)
 //   w     = Tinv (beta k exp2(G))                 -> workspace w
 //   u     = Tinv (beta v)                         -> workspace u
 // Every exponent is <= 0 when g <= 0, so every factor is in [0, 1].
 //
 // Grid mapping: one CTA (512 threads) per (chunk, value head). Elementwise passes: thread owns
-// 4 consecutive columns of a row (float4). Products: mma.sync m16n8k8 tf32 with Tinv (sA) as A in
-// paired k order and [BT, N] operands (sQ, sK) as B; warp (mt, ng) owns rows 16 mt .. 16 mt + 15
-// and N / 8 / (kWarps / NB) column tiles; k blocks with j > 16 mt + 15 are skipped (Tinv is lower
-// triangular there, exact zeros).
+// 4 consecutive columns of a row (float4), except the kg^T pass (write_gated_keys). Products:
+// mma.sync m16n8k8 tf32 with Tinv (sA) as A in paired k order and [BT, N] operands (sQ, sK) as B;
+// warp (mt, ng) owns rows 16 mt .. 16 mt + 15 and N / 8 / (kWarps / NB) column tiles; k blocks with
+// j > 16 mt + 15 are skipped (Tinv is lower triangular there, exact zeros).
 // Shared memory: reads sQ, sK, sG, sBeta, sA; sQ becomes beta k exp2(G), sK becomes beta v.
 #pragma once
 
@@ -24,7 +25,6 @@
 
 #include "cuda/chunk_fwd/chunk_index.cuh"
 #include "cuda/chunk_fwd/gate_cumsum.cuh"
-#include "cuda/chunk_fwd/io.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/traits.h"

@@ -79,6 +79,9 @@ __device__ __forceinline__ void store_f32(void* p, DType dtype, int64_t i, float
 }
 
 // ---- activations (f32) ------------------------------------------------------------------------
+constexpr float kLog2e = 1.4426950408889634f;  // log2(e) = 1 / ln 2, rounded to f32
+constexpr float kL2NormEps = 1e-6f;            // inside the square root, as FLA's l2norm
+
 __device__ __forceinline__ float exp_f32(float x) {
   return expf(x);
 }
@@ -100,10 +103,8 @@ __device__ __forceinline__ float sigmoid_f32(float x) {
 // 1 / (1 + 2^(-x log2 e)): x -> -inf gives 2^+inf = inf and rcp(inf) = 0 (never NaN); NaN stays
 // NaN.
 __device__ __forceinline__ float sigmoid_fast(float x) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-kLog2e * x));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + exp2_operand(-kLog2e * x)));
   return r;
 }
 
@@ -112,6 +113,12 @@ __device__ __forceinline__ float sigmoid_fast(float x) {
 __device__ __forceinline__ float softplus_f32(float x) {
   constexpr float kSoftplusThreshold = 20.0f;
   return x > kSoftplusThreshold ? x : log1p_f32(exp_f32(x));
+}
+
+// beta (post-activation): s sigmoid(b) with the sigmoid in the kernel (s = 2 with
+// allow_neg_eigval), else b as given.
+__device__ __forceinline__ float beta_activation(float b, bool in_kernel_sigmoid, float s) {
+  return in_kernel_sigmoid ? s * sigmoid_f32(b) : b;
 }
 
 }  // namespace openkda::cuda

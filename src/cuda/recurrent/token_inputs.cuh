@@ -17,7 +17,6 @@
 
 namespace openkda::cuda::recurrent {
 
-constexpr float kL2NormEps = 1e-6f;  // inside the square root, as FLA's l2norm
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // ---- run-time dtype element access (inputs and outputs that are not the state) ---------------
@@ -131,10 +130,6 @@ __device__ __forceinline__ float gate_log_decay(const RecurrentParams& p, float 
   return -a_coef * softplus_f32(x);
 }
 
-__device__ __forceinline__ float beta_activation(const RecurrentParams& p, float b) {
-  return p.beta_sigmoid ? p.beta_scale * sigmoid_f32(b) : b;
-}
-
 // Row d's values of one token after the gate: raw q_d, raw k_d and alpha_d = exp(g_d).
 struct RowValues {
   float q;
@@ -192,10 +187,12 @@ __device__ __forceinline__ void delta_values(const RecurrentParams& p, const Col
   if (p.headwise_beta) {
 #pragma unroll
     for (int i = 0; i < kN; ++i)
-      vn[i] = beta_activation(p, bits_to_f32(col.beta[i], p.beta_dtype)) *
-              (bits_to_f32(col.v[i], p.v_dtype) - a[i]);
+      vn[i] =
+          beta_activation(bits_to_f32(col.beta[i], p.beta_dtype), p.beta_sigmoid, p.beta_scale) *
+          (bits_to_f32(col.v[i], p.v_dtype) - a[i]);
   } else {
-    const float beta = beta_activation(p, bits_to_f32(col.beta[0], p.beta_dtype));
+    const float beta =
+        beta_activation(bits_to_f32(col.beta[0], p.beta_dtype), p.beta_sigmoid, p.beta_scale);
 #pragma unroll
     for (int i = 0; i < kN; ++i) vn[i] = beta * (bits_to_f32(col.v[i], p.v_dtype) - a[i]);
   }
