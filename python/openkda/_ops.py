@@ -53,6 +53,29 @@ def _resolve_scale(op: str, scale, K: int) -> float:
         raise ValueError(f"{op}: scale = {scale!r}; expected a float or None") from None
 
 
+def _resolve_lower_bound(op: str, lower_bound) -> Optional[float]:
+    """``lower_bound`` as a float or None, or a ValueError that names it."""
+    if lower_bound is None:
+        return None
+    try:
+        return float(lower_bound)
+    except (TypeError, ValueError):
+        raise ValueError(f"{op}: lower_bound = {lower_bound!r}; expected a float or None") from None
+
+
+def kernel_options(op: str, *, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                   use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound) -> dict:
+    """The in-kernel options shared by chunk_fwd and recurrent_fwd, as the op schemas type them
+    (FLA's callers pass truthy values and ints freely)."""
+    return dict(
+        use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),
+        use_gate_in_kernel=bool(use_gate_in_kernel),
+        use_beta_sigmoid_in_kernel=bool(use_beta_sigmoid_in_kernel),
+        allow_neg_eigval=bool(allow_neg_eigval),
+        lower_bound=_resolve_lower_bound(op, lower_bound),
+    )
+
+
 def _num_seqs(q: Tensor, cu_seqlens: Optional[Tensor]) -> int:
     return q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
 

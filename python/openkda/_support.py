@@ -8,7 +8,7 @@ import torch
 
 from . import _ops
 from ._config import get_cpu_precision
-from .chunk import chunk_kda
+from .chunk import _check_fla_args, _deprecated_state_layout, chunk_kda
 
 __all__ = ["supports"]
 
@@ -39,10 +39,10 @@ def _probe(a: dict, kw: dict) -> None:
     A_log = None if A_log is None else A_log.detach()
     dt_bias = None if dt_bias is None else dt_bias.detach()
     opts = dict(
-        scale=1.0, use_qk_l2norm_in_kernel=bool(a["use_qk_l2norm_in_kernel"]),
-        use_gate_in_kernel=bool(a["use_gate_in_kernel"]),
-        use_beta_sigmoid_in_kernel=bool(a["use_beta_sigmoid_in_kernel"]),
-        allow_neg_eigval=bool(a["allow_neg_eigval"]), lower_bound=a["lower_bound"],
+        scale=1.0,
+        **_ops.kernel_options("chunk_kda", **{n: a[n] for n in (
+            "use_qk_l2norm_in_kernel", "use_gate_in_kernel", "use_beta_sigmoid_in_kernel",
+            "allow_neg_eigval", "lower_bound")}),
         safe_gate=bool(a["safe_gate"]), chunk_size=int(kw.get("chunk_size", 64)),
         state_v_first=bool(a["state_v_first"]), precision=get_cpu_precision())
     if not a["use_gate_in_kernel"]:
@@ -78,7 +78,6 @@ def supports(**kwargs) -> tuple[bool, str]:
     a = dict(bound.arguments)
     kw = dict(a.pop("kwargs", {}))
     try:
-        from .chunk import _check_fla_args, _deprecated_state_layout
         a["state_v_first"] = _deprecated_state_layout(kw, a["state_v_first"])
         if a["return_intermediate_states"] and a["disable_recompute"]:
             return False, "return_intermediate_states must be used with disable_recompute=False"
@@ -98,5 +97,6 @@ def supports(**kwargs) -> tuple[bool, str]:
             except (ValueError, NotImplementedError) as e:
                 _cache[key] = (False, str(e))
         return _cache[key]
-    except (ValueError, NotImplementedError, AttributeError, IndexError, TypeError) as e:
+    except (ValueError, NotImplementedError, AttributeError, IndexError, TypeError,
+            RuntimeError) as e:  # RuntimeError: an internal core error or out of memory
         return False, str(e)

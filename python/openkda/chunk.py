@@ -173,7 +173,8 @@ def chunk_kda(
             argument, the value seen and the values expected).
         NotImplementedError: ``cp_context``, or a device/configuration without a kernel yet.
     """
-    state_v_first = _deprecated_state_layout(kwargs, state_v_first)
+    # stacklevel 4: the warning names the caller's line (torch.compiler.disable adds a frame).
+    state_v_first = _deprecated_state_layout(kwargs, state_v_first, stacklevel=4)
 
     _check_fla_args(q, initial_state, cu_seqlens, cp_context, kwargs, use_gate_in_kernel,
                     lower_bound, safe_gate, allow_neg_eigval, use_beta_sigmoid_in_kernel)
@@ -214,11 +215,11 @@ def chunk_kda(
         scale=scale,
         output_final_state=bool(output_final_state),
         num_h_chunks=num_h_chunks,
-        use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),
-        use_gate_in_kernel=bool(use_gate_in_kernel),
-        use_beta_sigmoid_in_kernel=bool(use_beta_sigmoid_in_kernel),
-        allow_neg_eigval=bool(allow_neg_eigval),
-        lower_bound=None if lower_bound is None else float(lower_bound),
+        **_ops.kernel_options(
+            "chunk_kda", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel,
+            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound),
         safe_gate=bool(safe_gate),
         chunk_size=int(chunk_size),
         state_v_first=bool(state_v_first),

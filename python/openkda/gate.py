@@ -81,8 +81,11 @@ def fused_kda_gate(
     Raises:
         ValueError: A_log missing without lower_bound, or shape/dtype/device mismatches.
     """
+    if output_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise ValueError(f"fused_kda_gate: output_dtype = {output_dtype!r}; expected one of "
+                         "torch.float16, torch.bfloat16, torch.float32, torch.float64")
     return _ops.gate_fwd(
         g, A_log, dt_bias,
-        lower_bound=None if lower_bound is None else float(lower_bound),
+        lower_bound=_ops._resolve_lower_bound("fused_kda_gate", lower_bound),
         output_dtype=output_dtype,
     )

@@ -96,8 +96,9 @@ def test_chunk_transpose_state_layout_deprecated():
     args, kw = chunk_call(inputs, case)
     o1, ht1 = openkda.chunk_kda(*args, **kw)
     kw.pop("state_v_first")
-    with pytest.warns(DeprecationWarning, match="transpose_state_layout"):
+    with pytest.warns(DeprecationWarning, match="transpose_state_layout") as rec:
         o2, ht2 = openkda.chunk_kda(*args, transpose_state_layout=True, **kw)
+    assert rec[0].filename == __file__  # the warning points at the caller, not into torch
     assert torch.equal(o1, o2) and torch.equal(ht1, ht2)
     with pytest.raises(ValueError, match="Cannot pass both"):
         openkda.chunk_kda(*args, state_v_first=True, transpose_state_layout=True, **kw)

@@ -108,6 +108,37 @@ CASES = [
     ("rec_indices_dtype", recurrent_fwd(initial_state=torch.zeros(4, HV, K, V),
                                         ssm_state_indices=torch.tensor([0.0])),
      r"ssm_state_indices\.dtype"),
+    ("rec_indices_rank", recurrent_fwd(initial_state=torch.zeros(4, HV, K, V),
+                                       ssm_state_indices=torch.zeros(1, 10, 1, dtype=torch.int32)),
+     r"ssm_state_indices: rank 3"),
+    ("rec_indices_slot", recurrent_fwd(initial_state=torch.zeros(4, HV, K, V),
+                                       ssm_state_indices=torch.tensor([[0] * 9 + [7]])),
+     r"ssm_state_indices\[0, 9\] = 7.*\[0, 4\)"),
+    ("rec_indices_few_columns", recurrent_fwd(initial_state=torch.zeros(4, HV, K, V),
+                                              ssm_state_indices=torch.tensor([0])),
+     r"ssm_state_indices\.shape \[1\].*max_tokens >= 10"),
+    ("rec_accepted_dtype", recurrent_fwd(initial_state=torch.zeros(4, HV, K, V),
+                                         ssm_state_indices=torch.tensor([list(range(T))]) % 4,
+                                         num_accepted_tokens=torch.tensor([1.0])),
+     r"num_accepted_tokens\.dtype f32"),
+    ("rec_accepted_empty", recurrent_fwd(initial_state=torch.zeros(4, HV, K, V),
+                                         ssm_state_indices=torch.tensor([list(range(T))]) % 4,
+                                         num_accepted_tokens=torch.zeros(0, dtype=torch.int32)),
+     r"num_accepted_tokens\.shape \[0\]"),
+    ("rec_out_dtype", recurrent_fwd(initial_state=torch.zeros(1, HV, K, V),
+                                    out=torch.empty(B, T, HV, V, dtype=torch.int32)),
+     r"\bo\.dtype"),
+    ("rec_lower_bound_text", recurrent(lower_bound="x", **GATE), r"lower_bound = 'x'"),
+    # more dtypes, devices-free (CPU-only) checks
+    ("v_int", chunk(v=torch.ones(B, T, HV, V, dtype=torch.int32)), r"\bv\.dtype"),
+    ("g_int", chunk(g=torch.ones(B, T, HV, K, dtype=torch.int32)), r"\bg\.dtype"),
+    ("beta_int", chunk(beta=torch.ones(B, T, HV, dtype=torch.int32)), r"\bbeta\.dtype"),
+    ("A_log_int", chunk(use_gate_in_kernel=True, A_log=torch.zeros(HV, dtype=torch.int32)),
+     r"A_log\.dtype"),
+    ("h0_int", chunk(initial_state=torch.zeros(1, HV, K, V, dtype=torch.int32)),
+     r"initial_state\.dtype"),
+    ("scale_inf", chunk(scale=float("inf")), r"scale = inf"),
+    ("lower_bound_text", chunk(lower_bound="x", **GATE), r"lower_bound = 'x'"),
 ]
 
 
@@ -139,7 +170,14 @@ def test_cp_context_not_implemented():
     (lambda: openkda.fused_kda_gate(torch.randn(K), lower_bound=-1.0), r"\bg\b.*rank"),
     (lambda: openkda.fused_kda_gate(torch.randn(1, 4, HV, K), lower_bound=float("inf")),
      r"lower_bound"),
-], ids=["A_log_missing", "A_log_numel", "dt_bias_numel", "g_rank", "lower_bound_inf"])
+    (lambda: openkda.fused_kda_gate(torch.randn(1, 4, HV, K), lower_bound="x"),
+     r"lower_bound = 'x'"),
+    (lambda: openkda.fused_kda_gate(torch.randn(1, 4, HV, K), torch.zeros(HV),
+                                    output_dtype=torch.int32), r"output_dtype = torch\.int32"),
+    (lambda: openkda.fused_kda_gate(torch.ones(1, 4, HV, K, dtype=torch.int32), torch.zeros(HV)),
+     r"\bg\.dtype"),
+], ids=["A_log_missing", "A_log_numel", "dt_bias_numel", "g_rank", "lower_bound_inf",
+        "lower_bound_text", "output_dtype_int", "g_int"])
 def test_gate_invalid_arguments(fn, pattern):
     with pytest.raises(ValueError) as info:
         fn()

@@ -57,8 +57,9 @@ def test_fused_recurrent_transpose_state_layout_deprecated():
     args, kw = _split(inputs)
     o1, ht1 = openkda.fused_recurrent_kda(*args, **kw)
     kw.pop("state_v_first")
-    with pytest.warns(DeprecationWarning, match="transpose_state_layout"):
+    with pytest.warns(DeprecationWarning, match="transpose_state_layout") as rec:
         o2, ht2 = openkda.fused_recurrent_kda(*args, transpose_state_layout=True, **kw)
+    assert rec[0].filename == __file__
     assert torch.equal(o1, o2) and torch.equal(ht1, ht2)
 
 

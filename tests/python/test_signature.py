@@ -182,8 +182,12 @@ def _wheel_path(cache_dir) -> str:
     pytest.skip("pip download fla-core==0.6.0 produced no wheel")
 
 
-def test_signatures_match_wheel(request):
-    wheel = _wheel_path(str(request.config.cache.mkdir("fla-core-0.6.0")))
+def test_signatures_match_wheel(request, tmp_path_factory):
+    # pytest's cache keeps the download between runs; without the cache plugin
+    # (-p no:cacheprovider) a per-session temporary folder does.
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("fla-core-0.6.0") if cache else tmp_path_factory.mktemp("fla-core-0.6.0")
+    wheel = _wheel_path(str(folder))
     with zipfile.ZipFile(wheel) as z:
         sources = {f: z.read(f).decode() for f in {e[0] for e in EXPECTED.values()}}
     for name, (path, ret, params) in EXPECTED.items():
