@@ -1,4 +1,6 @@
-// Entry points of the CUDA backend, called by the core (src/core) for tensors on a CUDA device.
+// Entry points of the CUDA gate kernels, called by the core (src/core) for tensors on a CUDA
+// device; the other kernel families have the same kind of header next to their kernels
+// (chunk_fwd/launch_chunk_fwd.h, recurrent/launch_recurrent.h).
 //
 // Framework-free and CUDA-free: this header includes only the public API, so g++-compiled core
 // sources include it under OPENKDA_WITH_CUDA. Arguments are validated by the core

@@ -3,10 +3,11 @@
 //
 // What it computes:
 //   sequence_span(n)    tokens [bos, bos + len) of sequence n: dense (bos = n T, len = T) or
-//                       from cu_seqlens, clamped to 0 <= bos <= bos + len <= T so that a malformed
-//                       device-side cu_seqlens can never address memory out of bounds (the core
-//                       validates host-side cu_seqlens; device-side ones are the caller's
-//                       contract).
+//                       from cu_seqlens, clamped to 0 <= bos <= bos + len <= T so that no token
+//                       access leaves the inputs and outputs (the core validates host-side
+//                       cu_seqlens; device-side ones are the caller's contract: non-decreasing
+//                       values, else the chunk count can exceed the workspace's per-slot tiles,
+//                       launch_chunk_fwd.h).
 //   chunk_offsets[n]    varlen: first global chunk of sequence n, the exclusive prefix sum of
 //                       ceil(len / BT) (chunk_offsets[N] = chunks over all sequences); FLA's
 //                       prepare_chunk_offsets. Global chunk c0 + c indexes h (and gamma).

@@ -250,10 +250,13 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
   }
   const WorkspaceLayout L = workspace_layout(d);
   constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();
-  if (L.slots > kMaxGrid || d.N * d.HV * (d.V / 16) > kMaxGrid) {
+  // The largest grids: the prep's chunk slots (x), the scan's N HV vsplit (vsplit <= 2).
+  const int64_t scan_ctas = d.N * d.HV * 2;
+  if (L.slots > kMaxGrid || scan_ctas > kMaxGrid) {
     return not_supported("T = " + std::to_string(d.T) + ", N = " + std::to_string(d.N) +
-                         ", HV = " + std::to_string(d.HV) +
-                         ": the chunk grid exceeds 2^31 - 1 CTAs; expected fewer chunks");
+                         ", HV = " + std::to_string(d.HV) + ": " + std::to_string(L.slots) +
+                         " chunk slots and up to " + std::to_string(scan_ctas) +
+                         " scan CTAs; expected at most 2^31 - 1 of each");
   }
   return Status::Ok();
 }
@@ -277,13 +280,16 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
   const auto s = static_cast<cudaStream_t>(stream);
 
   if (d.varlen) {
-    OPENKDA_CUDA_RETURN_IF_ERROR(
-        kOp, chunk_forward::launch_chunk_index<chunk_forward::kIndexThreads>(p, s));
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(chunk_forward::launch_chunk_index<chunk_forward::kIndexThreads>(p, s), kOp,
+                    "launch of openkda_fwd_chunk_index_kernel"));
   }
   if (p.slots > 0 && p.tokens > 0) {
-    OPENKDA_CUDA_RETURN_IF_ERROR(kOp, prep_launcher(d.K, d.V, d.BT)(p, s));
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(prep_launcher(d.K, d.V, d.BT)(p, s), kOp, "launch of openkda_fwd_prep_kernel"));
   }
-  OPENKDA_CUDA_RETURN_IF_ERROR(kOp, scan_launcher(d.K, d.BT)(p, s));
+  OPENKDA_RETURN_IF_ERROR(
+      cuda_status(scan_launcher(d.K, d.BT)(p, s), kOp, "launch of openkda_fwd_scan_kernel"));
   return Status::Ok();
 }
 

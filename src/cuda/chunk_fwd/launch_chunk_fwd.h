@@ -20,9 +20,12 @@ namespace openkda::cuda {
 // that fits. kNotSupported with a message naming the value and the supported choices otherwise.
 Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 
-// Bytes of scratch chunk_fwd needs (f32 intermediates of every token and value head, plus the
-// varlen chunk table); depends on the shapes only, never on device data. 0 when
-// chunk_fwd_can_implement fails.
+// Bytes of scratch chunk_fwd needs (f32 intermediates of every token and value head, kg^T and
+// gamma per chunk slot, plus the varlen chunk table); depends on the shapes only, never on
+// device data. With varlen the slot count is the bound floor((T + N (BT - 1)) / BT), so many
+// short sequences cost more than their tokens (N = T one-token sequences at K = V = 128,
+// BT = 64: about 15x the workspace of one sequence of T tokens). 0 when chunk_fwd_can_implement
+// fails.
 size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 
 // chunk_kda forward on `stream` (a cudaStream_t; null is the legacy default stream) for args that
@@ -30,6 +33,10 @@ size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 // holds at least chunk_fwd_workspace_bytes(args) bytes on the tensors' device, 16-byte aligned;
 // its contents on entry do not matter. No allocation, no host synchronisation, no host read of
 // device memory (cu_seqlens is read on the device): CUDA-graph capturable, bitwise deterministic.
+// Device-side cu_seqlens must be non-decreasing (the core checks host-side ones): the kernels
+// clamp every sequence to [0, T], but decreasing values can make the chunk count exceed the
+// workspace's slots. With varlen, o rows outside [cu_seqlens[0], cu_seqlens[N]) are written as
+// 0, except when N = 0 (cu_seqlens of one element), where o is not written.
 // Calls chunk_fwd_can_implement first.
 Status chunk_fwd(const ChunkFwdArgs& args, Workspace workspace, Stream stream);
 

@@ -1,5 +1,6 @@
-// Runtime dtype -> compile-time storage type: the one place where the CUDA backend turns a
-// TensorRef's DType into a template argument.
+// Runtime dtype -> compile-time storage type for the gate launchers (the chunk and recurrent
+// kernels take their dtypes as run-time values, except recurrent's state width, which
+// recurrent/launch.cu's pick_kernel maps to a compiled run length).
 //
 //   dispatch_float(dtype, [&](auto tag) { using T = typename decltype(tag)::type; ... });
 //

@@ -168,11 +168,12 @@ bool f32_state(const RecurrentFwdArgs& a) {
 Status recurrent_fwd_supported(const RecurrentFwdArgs& a) {
   const int64_t K = a.q.shape[3], V = a.v.shape[3];
   const auto compiled = [](int64_t d) { return d == 64 || d == 128; };
-  if (!compiled(K) || !compiled(V))
-    return Status::NotSupported(std::string(kOp) + ": K = " + std::to_string(K) +
-                                ", V = " + std::to_string(V) +
-                                "; expected K and V in {64, 128} (the head dims compiled into the "
-                                "CUDA recurrent kernel)");
+  if (!compiled(K))
+    return Status::NotSupported(std::string(kOp) + ": q.shape[3] (K) = " + std::to_string(K) +
+                                "; expected K in {64, 128} on CUDA (the compiled head dims)");
+  if (!compiled(V))
+    return Status::NotSupported(std::string(kOp) + ": v.shape[3] (V) = " + std::to_string(V) +
+                                "; expected V in {64, 128} on CUDA (the compiled head dims)");
   for (const TensorRef* s : {&a.initial_state, &state_destination(a)}) {
     const char* name = s == &a.initial_state ? "initial_state" : "final_state";
     if (s->defined() && s->dtype != DType::kF32 && s->dtype != DType::kBF16 &&
@@ -187,9 +188,8 @@ Status recurrent_fwd_supported(const RecurrentFwdArgs& a) {
   }
   const int64_t ctas = num_sequences(a) * a.v.shape[2] * (V / kCtaColumns);
   if (ctas > std::numeric_limits<int32_t>::max())
-    return Status::NotSupported(std::string(kOp) +
-                                ": N * HV = " + std::to_string(num_sequences(a) * a.v.shape[2]) +
-                                "; expected N * HV * V / 64 < 2^31 (one CTA per 64 value columns)");
+    return Status::NotSupported(std::string(kOp) + ": N * HV * V / 64 = " + std::to_string(ctas) +
+                                " CTAs; expected fewer than 2^31 (one CTA per 64 value columns)");
   return Status::Ok();
 }
 

@@ -279,11 +279,10 @@ __device__ __forceinline__ void token_update(const RecurrentParams& p, StateTile
   }
 }
 
-// Every token of one item (sequence n, value head hv, this CTA's value slice) with the state in
-// S, and the final-state store (kernel.cuh). Per
-// token: prefetch of token t + 1, prologue (smem) -> the one barrier -> token_update -> the state
-// store to pool slot state_indices[n, t] or final_state[tok] (pool mode); the caller has loaded
-// token 0's inputs into row / col.
+// Every token of one (sequence n, value head hv, this CTA's value slice) with the state in S, and
+// the final-state store (kernel.cuh). Per token: prefetch of token t + 1, prologue (smem) -> the
+// one barrier -> token_update -> the state store to pool slot state_indices[n, t] or
+// final_state[tok] (pool mode); the caller has loaded token 0's inputs into row / col.
 template <class Tr>
 __device__ __forceinline__ void run_tokens(const RecurrentParams& p, StateTile<Tr>& S,
                                            TokenSmem<Tr>& smem, RowInputs row,

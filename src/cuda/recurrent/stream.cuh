@@ -4,11 +4,11 @@
 //
 // Why: decode moves the state (read once, written after every token in pool mode) and little
 // else, so its speed is the share of HBM bandwidth it keeps busy. A state held in registers
-// (kernel.cuh) costs 160 registers a thread, 12 warps an SM and ~1.3 k instructions per warp and
-// item of addressing and 16-byte moves. Here the contiguous K x V head (64 KB at K = V = 128) is
-// one bulk load, completing on an mbarrier while the CTA loads the token inputs and computes the
-// gate, and one bulk store per state written; the threads only compute, in two passes over the
-// shared tile. Three CTAs fit per SM, so two heads stream while one computes.
+// (kernel.cuh) costs ~160 registers a thread, which caps an SM at 12 warps, and every 16-byte
+// move of the state is a thread's instruction. Here the contiguous K x V head (64 KB at K = V =
+// 128) is one bulk load, completing on an mbarrier while the CTA loads the token inputs and
+// computes the gate, and one bulk store per state written; the threads only compute, in two passes
+// over the shared tile. Three CTAs fit per SM, so two heads stream while one computes.
 //
 // Grid: N * HV CTAs of StreamTraits::kThreads = 256 threads; CTA -> (hv, n), hv fastest. Thread
 // tile: StreamTraits (traits.h), conflict-free 16-byte accesses on the unpadded tile.
@@ -31,7 +31,7 @@
 // Inputs / outputs: RecurrentParams (params.h); q/k/v/g/beta/o in any float dtype through
 // run-time dtype loads; the state source and destination f32, 16-byte aligned (launch.cu).
 // Shared memory: StreamSmem<Traits>, the tile (kHeadBytes) + 4 K token rows + per-warp sums +
-// [K, V] partial sums: 69,704 bytes at K = V = 128 (three CTAs per SM).
+// [K, V] partial sums: 69,712 bytes at K = V = 128 (three CTAs per SM).
 // No atomics, no allocation; deterministic (fixed reduction order).
 #pragma once
 
