@@ -67,8 +67,7 @@ inline std::vector<Config> reference_grid(DType dtype, const std::vector<int64_t
           } else {
             c.B = 2;
           }
-          c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype =
-              c.state_dtype = dtype;
+          c.set_all_dtypes(dtype);
           grid.push_back(c);
         }
       }
@@ -114,8 +113,7 @@ inline std::vector<Config> large_dim_grid(DType dtype) {
       Rng rng(c.seed);
       c.cu = make_cu_seqlens(rng, s.T);
     }
-    c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype = c.state_dtype =
-        dtype;
+    c.set_all_dtypes(dtype);
     grid.push_back(c);
     ++i;
   }

@@ -90,7 +90,11 @@ struct Config {
   double lower_bound = -3.0;  // used by the lower-bound gates (the safe gate overrides below)
   DType qk_dtype = DType::kF64, v_dtype = DType::kF64, g_dtype = DType::kF64,
         beta_dtype = DType::kF64, param_dtype = DType::kF64, h0_dtype = DType::kF64,
-        state_dtype = DType::kF64;    // final_state, h, dh0
+        state_dtype = DType::kF64;  // final_state, h, dh0
+  // Every float tensor of the case (inputs, parameters, states) in `dtype`.
+  void set_all_dtypes(DType dtype) {
+    qk_dtype = v_dtype = g_dtype = beta_dtype = param_dtype = h0_dtype = state_dtype = dtype;
+  }
   bool headwise_beta = false;         // recurrent op only: beta [B, T, HV, V]
   bool a_log_4d = false;              // A_log shaped [1, 1, HV, 1] instead of [HV]
   bool params_when_pregated = false;  // pass A_log and dt_bias although the gate is pre-gated

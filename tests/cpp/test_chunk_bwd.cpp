@@ -284,9 +284,16 @@ TEST(ChunkBwd, Dh0MayBeUndefinedWithInitialState) {
   args.dA_log = part.dA_log.ref();
   args.ddt_bias = part.ddt_bias.ref();
   ASSERT_TRUE(IsOk(run_on_host(args)));
-  EXPECT_TRUE(Close("dq without dh0", all.dq.to_double(), part.dq.to_double(), 0.0));
-  EXPECT_TRUE(Close("dg without dh0", all.dg.to_double(), part.dg.to_double(), 0.0));
-  EXPECT_TRUE(Close("dA_log without dh0", all.dA_log.to_double(), part.dA_log.to_double(), 0.0));
+  // Every gradient (all were NaN-poisoned): the same bits as the run that also wrote dh0.
+  for (auto [name, got, want] :
+       {std::tuple{"dq", &part.dq, &all.dq}, std::tuple{"dk", &part.dk, &all.dk},
+        std::tuple{"dv", &part.dv, &all.dv}, std::tuple{"dg", &part.dg, &all.dg},
+        std::tuple{"dbeta", &part.dbeta, &all.dbeta},
+        std::tuple{"dA_log", &part.dA_log, &all.dA_log},
+        std::tuple{"ddt_bias", &part.ddt_bias, &all.ddt_bias}}) {
+    EXPECT_TRUE(
+        Close(std::string(name) + " without dh0", want->to_double(), got->to_double(), 0.0));
+  }
 }
 
 // bf16 / f16 storage of inputs and gradients: the f32 chunked backward against the reference
@@ -334,8 +341,7 @@ TEST(ChunkBwd, ExtremeDecayGradientsAreFinite) {
     c.extreme_gate_prob = 0.2;
     c.h0 = true;
     c.l2norm = true;
-    c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype = c.state_dtype =
-        dt;
+    c.set_all_dtypes(dt);
     Inputs in = make_inputs(c);
     Cotangents ct = make_cotangents(c, true, 11);
     BwdOut ref = run_chunk_bwd(c, in, ct.d_o, ct.dht, p, Algorithm::kRecurrentReference);

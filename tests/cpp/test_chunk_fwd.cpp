@@ -182,8 +182,7 @@ TEST(ChunkFwd, StateCarryEqualsOnePass) {
       c.v_first = (seed % 2) == 0;
       c.chunk = (seed % 4) < 2 ? 64 : 32;
       c.seed = seed++;
-      c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype =
-          c.state_dtype = dt;
+      c.set_all_dtypes(dt);
       Inputs in = make_inputs(c);
       FwdOut full = run_chunk_fwd(c, in, p, Algorithm::kChunked);
       ASSERT_TRUE(IsOk(full.status));
@@ -257,8 +256,7 @@ TEST(ChunkFwd, VarlenEqualsSeparateSequences) {
       c.v_first = seed % 2 == 0;
       c.chunk = (seed % 4) < 2 ? 32 : 64;
       c.seed = seed++;
-      c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype =
-          c.state_dtype = dt;
+      c.set_all_dtypes(dt);
       Inputs in = make_inputs(c);
       FwdOut packed = run_chunk_fwd(c, in, p, Algorithm::kChunked);
       ASSERT_TRUE(IsOk(packed.status)) << c.name();
@@ -326,8 +324,7 @@ TEST(ChunkFwd, ExtremeDecayIsFinite) {
       c.extreme_gate_value = -1000.0;
       c.h0 = true;
       c.l2norm = true;
-      c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype =
-          c.state_dtype = dt;
+      c.set_all_dtypes(dt);
       Inputs in = make_inputs(c);
       const NaiveOut naive = naive_forward(c, in);
       FwdOut out = run_chunk_fwd(c, in, p, Algorithm::kChunked);
@@ -358,8 +355,7 @@ TEST(ChunkFwd, SafeGateAtLowerBoundIsFinite) {
     c.V = 16;
     c.gate = Gate::kSafePre;
     c.l2norm = true;
-    c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype = c.state_dtype =
-        dt;
+    c.set_all_dtypes(dt);
     Inputs in = make_inputs(c);
     in.g.fill(-5.0);
     const NaiveOut naive = naive_forward(c, in);
@@ -518,8 +514,7 @@ TEST(ChunkFwd, DeterministicAcrossRunsAndThreadCounts) {
   c.l2norm = true;
   for (Precision p : {Precision::kF64, Precision::kF32}) {
     const DType dt = p == Precision::kF64 ? DType::kF64 : DType::kF32;
-    c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype = c.state_dtype =
-        dt;
+    c.set_all_dtypes(dt);
     Inputs in = make_inputs(c);
     FwdOut a = run_chunk_fwd(c, in, p, Algorithm::kChunked, 1);
     FwdOut b = run_chunk_fwd(c, in, p, Algorithm::kChunked, 1);

@@ -246,8 +246,7 @@ TEST(Recurrent, HeadwiseBeta) {
         c.v_first = varlen;
         if (varlen) c.cu = {0, 10, 10, 11, 37};
         c.seed = seed++;
-        c.qk_dtype = c.v_dtype = c.g_dtype = c.beta_dtype = c.param_dtype = c.h0_dtype =
-            c.state_dtype = dt;
+        c.set_all_dtypes(dt);
         Inputs in = make_inputs(c);
         const NaiveOut naive = naive_forward(c, in);
         RecOut rec = run_recurrent(c, in, p);

@@ -89,7 +89,7 @@ TEST(TestUtil, Bf16AndF16Conversions) {
   EXPECT_EQ(f32_to_f16(-std::ldexp(1.0f, -14)), 0x8400);        // smallest normal, negative
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(std::numeric_limits<float>::quiet_NaN()))));
-  for (int i = 0; i < 0x7c00; i += 7) {  // every finite positive half round-trips
+  for (int i = 0; i < 0x7c00; i += 7) {  // finite positive halves (every 7th) round-trip
     const uint16_t h = static_cast<uint16_t>(i);
     EXPECT_EQ(f32_to_f16(f16_to_f32(h)), h);
   }

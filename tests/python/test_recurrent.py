@@ -177,9 +177,9 @@ def test_out_buffer(contiguous):
     args, kw = _split(inputs)
     ref_o, ref_ht = openkda.fused_recurrent_kda(*args, **kw)
     if contiguous:
-        out = torch.empty_like(inputs["v"])
+        out = torch.full_like(inputs["v"], float("nan"))
     else:
-        out = torch.empty(2, 2, 9, 8).transpose(1, 2)
+        out = torch.full((2, 2, 9, 8), float("nan")).transpose(1, 2)
         assert not out.is_contiguous()
     h0 = kw.pop("initial_state").clone()
     kw.pop("output_final_state")
