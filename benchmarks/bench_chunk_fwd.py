@@ -17,7 +17,8 @@ check), and the issue's bar.
 
 Each case is printed (stderr) as soon as it is measured, with OpenKDA's per-kernel split (prep /
 scan, from one torch.profiler call; --no-kernels skips it). FLA autotunes once per shape inside
-its warm-up calls; the whole run (5 cases with FLA) is meant to take well under a minute.
+its warm-up calls, about 90 s per new shape on the H200 (--fla-cases limits FLA to some cases);
+without FLA the whole run takes well under a minute.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
 import torch
+
+from _common import run_commit
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,6 @@ class BenchCase:
     H: int
     T: int = 0                 # dense: B = 1 row of T tokens
     seqlens: tuple = ()        # varlen: packed sequences
-    fla_ms: float = 0.0        # "FLA today" column of the issue (H200)
     bar_ms: float = 0.0        # the issue's bar
 
     @property
@@ -54,12 +55,12 @@ class BenchCase:
 
 
 CASES = [
-    BenchCase("B1-T8192-H96", H=96, T=8192, fla_ms=3.0, bar_ms=1.0),
-    BenchCase("varlen6-T8192-H96", H=96, seqlens=(1300, 547, 2048, 963, 271, 3063), fla_ms=3.4,
+    BenchCase("B1-T8192-H96", H=96, T=8192, bar_ms=1.0),
+    BenchCase("varlen6-T8192-H96", H=96, seqlens=(1300, 547, 2048, 963, 271, 3063),
               bar_ms=1.0),
-    BenchCase("B1-T8192-H64", H=64, T=8192, fla_ms=2.7, bar_ms=0.8),
-    BenchCase("B1-T65536-H16", H=16, T=65536, fla_ms=5.4, bar_ms=2.0),
-    BenchCase("varlen8x4096-H32", H=32, seqlens=(4096,) * 8, fla_ms=3.6, bar_ms=1.2),
+    BenchCase("B1-T8192-H64", H=64, T=8192, bar_ms=0.8),
+    BenchCase("B1-T65536-H16", H=16, T=65536, bar_ms=2.0),
+    BenchCase("varlen8x4096-H32", H=32, seqlens=(4096,) * 8, bar_ms=1.2),
 ]
 
 K = V = 128
@@ -178,16 +179,6 @@ def rel_rms(ref: torch.Tensor, out: torch.Tensor) -> float:
     return ((ref - out).pow(2).mean().sqrt() / (ref.pow(2).mean().sqrt() + 1e-8)).item()
 
 
-def git_commit() -> str:
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        return subprocess.check_output(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                                       stderr=subprocess.DEVNULL, text=True).strip()
-    except Exception:
-        # gpu_check.sh exports OPENKDA_COMMIT for machines where .git did not travel.
-        return os.environ.get("OPENKDA_COMMIT", "unknown")
-
-
 def run(args) -> tuple:
     import openkda
 
@@ -207,7 +198,7 @@ def run(args) -> tuple:
             ours_fn = lambda: openkda.chunk_kda(*pos, **kw)  # noqa: E731
             ours = time_ms(ours_fn, args.warmup, args.repeat)
             row = dict(case=case.name, openkda_ms=ours, floor_ms=floor_bytes(case) / bandwidth * 1e3,
-                       fla_ms=None, rel_diff=None, bar_ms=case.bar_ms, fla_issue_ms=case.fla_ms)
+                       fla_ms=None, rel_diff=None, bar_ms=case.bar_ms)
             split = "" if args.no_kernels else kernel_split(ours_fn)
             print(f"# {case.name}: openkda {ours:.3f} ms (floor {row['floor_ms']:.3f}, bar "
                   f"{case.bar_ms:.1f})" + (f" [{split}]" if split else "") +
@@ -240,7 +231,7 @@ def markdown(rows, bandwidth, fla_version) -> str:
     lines = [
         f"# chunk_kda forward, {props.name}, {datetime.date.today().isoformat()}",
         "",
-        f"commit {git_commit()}; torch {torch.__version__}; CUDA {torch.version.cuda}; "
+        f"commit {run_commit()}; torch {torch.__version__}; CUDA {torch.version.cuda}; "
         f"FLA {fla_version or 'not installed'}; copy bandwidth {bandwidth / 1e12:.2f} TB/s; "
         f"host {platform.node()}",
         "",

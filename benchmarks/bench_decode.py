@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
+from _common import run_commit
+
 
 @dataclass
 class Case:
@@ -198,14 +200,7 @@ def run_info() -> dict:
     info = {"date": _dt.datetime.now().isoformat(timespec="seconds"),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "python": platform.python_version()}
-    try:
-        info["commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__)), check=False).stdout.strip()
-    except OSError:
-        info["commit"] = ""
-    # gpu_check.sh exports OPENKDA_COMMIT for machines where .git did not travel.
-    info["commit"] = info["commit"] or os.environ.get("OPENKDA_COMMIT", "unknown")
+    info["commit"] = run_commit()
     try:
         info["driver"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

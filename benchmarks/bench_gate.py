@@ -33,6 +33,8 @@ import sys
 from dataclasses import dataclass
 
 import torch
+
+from _common import run_commit
 import torch.nn.functional as F
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "f64": torch.float64}
@@ -318,7 +320,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "cuda (torch)": str(torch.version.cuda),
         "python": platform.python_version(),
-        "commit": os.environ.get("OPENKDA_COMMIT", "unknown"),
+        "commit": run_commit(),
     }
     try:
         env["driver"] = subprocess.run(

@@ -34,10 +34,7 @@
 # Carrying files to a machine without network (run here, in the repository root):
 #   FLA wheels:  mkdir -p .whl && cp /path/to/fla_core-0.6.0-*.whl .whl/   (carry ".whl")
 #   GoogleTest:  mkdir -p .deps && cp -r /usr/src/googletest .deps/         (carry ".deps")
-#   CUTLASS/CuTe headers (not needed yet): python3 -m pip download --no-deps nvidia-cutlass -d .deps
-#     && (cd .deps && unzip -q nvidia_cutlass-*.whl 'cutlass_library/source/include/*'), carry
-#     ".deps", and configure with -DCUTLASS_INCLUDE_DIR=$PWD/.deps/cutlass_library/source/include
-#     (for the package: pip install ... -Ccmake.define.CUTLASS_INCLUDE_DIR=...).
+#   CUTLASS/CuTe headers: not used by any kernel yet (the build has no CUTLASS option).
 # shellcheck disable=SC2317  # step functions run through run_step (indirectly)
 set -uo pipefail
 
@@ -60,7 +57,8 @@ fi
 if [[ -d /usr/local/cuda/bin && ":$PATH:" != *":/usr/local/cuda/bin:"* ]]; then
   export PATH="$PATH:/usr/local/cuda/bin"
 fi
-COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo "${OPENKDA_COMMIT:-unknown}")"
+# OPENKDA_COMMIT first: the device machine's copy of .git may not follow the tree it runs.
+COMMIT="${OPENKDA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 export OPENKDA_COMMIT="$COMMIT"
 BUILD_DIR="build/gpu"
 WHEELS="${OPENKDA_WHEELS:-}"
@@ -313,7 +311,7 @@ fi
     sed -n '/^case /,/^gate checks:/p' "$OUT/bench.log"
     echo '```'
   fi
-  if [[ -f /tmp/openkda-bench-table.md ]]; then
+  if [[ ${STATUS[bench]:-} == PASS && -f /tmp/openkda-bench-table.md ]]; then
     echo
     echo "## benchmark (fused_kda_gate)"
     echo

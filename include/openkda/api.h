@@ -3,7 +3,9 @@
 //   size_t workspace_bytes(args)      scratch the op needs on the tensors' device
 //   Status run(args, workspace, stream)
 // run() re-validates, never allocates device memory, never synchronises the host, and routes by
-// device: CPU tensors run the CPU backend, CUDA tensors the kernels.
+// device: CPU tensors run the CPU backend, CUDA tensors the kernels. CUDA work is enqueued on the
+// calling thread's current CUDA device: make the tensors' device current first (the tensors'
+// device index is not compared with it; the Python layer does this with torch.cuda.device).
 #pragma once
 
 #include <cstddef>

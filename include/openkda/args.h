@@ -48,8 +48,8 @@ struct ChunkProblem : KdaOptions {
   TensorRef v;        // [B, T, HV, V]  f16 | bf16 | f32 | f64
   TensorRef g;        // [B, T, HV, K]  any float: log-decay (natural log), or raw gate
   TensorRef beta;     // [B, T, HV]     any float: post-activation beta, or logits
-  TensorRef A_log;    // HV elements, f32 | f64; may be undefined (read only with gate in kernel)
-  TensorRef dt_bias;  // [HV * K] f32 | f64; may be undefined (read only with gate in kernel)
+  TensorRef A_log;    // HV elements, any float; may be undefined (read only with gate in kernel)
+  TensorRef dt_bias;  // [HV * K] any float; may be undefined (read only with gate in kernel)
   TensorRef initial_state;  // [N, HV, K, V] (v-first [N, HV, V, K]) f32 | f64 | bf16;
                             // may be undefined (zeros)
   TensorRef cu_seqlens;     // [N + 1] i32 | i64 on the host or the device; may be undefined
@@ -66,15 +66,16 @@ struct ChunkFwdArgs : ChunkProblem {
 };
 
 struct ChunkBwdArgs : ChunkProblem {
-  TensorRef d_o;       // [B, T, HV, V]  any float: dL/do
-  TensorRef dht;       // [N, HV, K, V] (v-first [N, HV, V, K]) f32 | f64; may be undefined
-  TensorRef dq;        // [B, T, H, K]   dtype of q  (output)
-  TensorRef dk;        // [B, T, H, K]   dtype of k  (output)
-  TensorRef dv;        // [B, T, HV, V]  dtype of v  (output)
-  TensorRef dg;        // [B, T, HV, K]  dtype of g  (output; w.r.t. the raw gate in kernel mode)
-  TensorRef dbeta;     // [B, T, HV]     dtype of beta (output; w.r.t. the logits with sigmoid)
-  TensorRef dA_log;    // shape and dtype of A_log (output); undefined iff A_log is
-  TensorRef ddt_bias;  // [HV * K] dtype of dt_bias (output); undefined iff dt_bias is
+  TensorRef d_o;  // [B, T, HV, V]  any float: dL/do
+  TensorRef dht;  // [N, HV, K, V] (v-first [N, HV, V, K]) f32 | f64; may be undefined
+  // Gradients (outputs) in any float dtype; the Python layer gives each its input's dtype.
+  TensorRef dq;        // [B, T, H, K]
+  TensorRef dk;        // [B, T, H, K]
+  TensorRef dv;        // [B, T, HV, V]
+  TensorRef dg;        // [B, T, HV, K]  w.r.t. the raw gate in kernel mode
+  TensorRef dbeta;     // [B, T, HV]     w.r.t. the logits with the in-kernel sigmoid
+  TensorRef dA_log;    // A_log's element count; may be defined only if A_log is
+  TensorRef ddt_bias;  // [HV * K]; may be defined only if dt_bias is
   TensorRef dh0;       // shape of initial_state, f32 | f64 (output); may be undefined
 };
 
@@ -96,8 +97,8 @@ struct RecurrentFwdArgs : KdaOptions {
   TensorRef num_accepted_tokens;     // [N] i32 | i64; may be undefined (needs ssm_state_indices)
   bool inplace_final_state = false;  // write states into initial_state (the pool)
   TensorRef o;                       // [B, T, HV, V] any float (output)
-  // Not in place: [N, HV, K, V] f32 | f64, or, with ssm_state_indices, the state after every token
-  // [B * T, HV, K, V]. Ignored when inplace_final_state. May be undefined.
+  // Not in place: [N, HV, K, V] f32 | f64 | bf16 | f16, or, with ssm_state_indices, the state
+  // after every token [B * T, HV, K, V]. Ignored when inplace_final_state. May be undefined.
   TensorRef final_state;
 };
 
@@ -105,8 +106,8 @@ struct RecurrentFwdArgs : KdaOptions {
 // dt_bias)).
 struct GateFwdArgs {
   TensorRef g;        // [..., HV, K] any float: raw gate
-  TensorRef A_log;    // HV elements f32 | f64; required unless lower_bound is set
-  TensorRef dt_bias;  // [HV * K] f32 | f64; may be undefined
+  TensorRef A_log;    // HV elements, any float; required unless lower_bound is set
+  TensorRef dt_bias;  // [HV * K] any float; may be undefined
   std::optional<double> lower_bound;
   TensorRef y;  // [..., HV, K] any float (output)
   int num_threads = 0;
@@ -119,8 +120,8 @@ struct GateBwdArgs {
   std::optional<double> lower_bound;
   TensorRef dy;        // [..., HV, K] any float
   TensorRef dg;        // [..., HV, K] dtype of g (output)
-  TensorRef dA_log;    // shape and dtype of A_log (output); undefined iff A_log is
-  TensorRef ddt_bias;  // [HV * K] dtype of dt_bias (output); undefined iff dt_bias is
+  TensorRef dA_log;    // A_log's element count, any float (output); defined only if A_log is
+  TensorRef ddt_bias;  // [HV * K] any float (output); defined only if dt_bias is
   int num_threads = 0;
 };
 

@@ -120,10 +120,10 @@ def chunk_kda(
     ``v``                       ``[B, T, HV, V]``, ``HV % H == 0``      f16 | bf16 | f32 | f64
     ``g``                       ``[B, T, HV, K]``                       any float
     ``beta``                    ``[B, T, HV]``                          any float
-    ``initial_state``           ``[N, HV, K, V]`` (``[N, HV, V, K]``)   f32 | bf16 (f64 on CPU)
+    ``initial_state``           ``[N, HV, K, V]`` (``[N, HV, V, K]``)   f32 | bf16 | f64
     ``cu_seqlens``              ``[N + 1]`` (requires ``B == 1``)       i64 | i32
-    ``A_log`` (kwargs)          ``HV`` elements (any shape)             f32
-    ``dt_bias`` (kwargs)        ``[HV * K]``                            f32
+    ``A_log`` (kwargs)          ``HV`` elements (any shape)             any float (f32 in FLA)
+    ``dt_bias`` (kwargs)        ``[HV * K]``                            any float (f32 in FLA)
     ==========================  =====================================  ==========================
 
     Args:

@@ -45,7 +45,7 @@ def fused_recurrent_kda_fwd(
     ``v``                      ``[B, T, HV, V]``                           any float
     ``g``                      ``[B, T, HV, K]``                           any float
     ``beta``                   ``[B, T, HV]`` or headwise ``[B, T, HV, V]``  any float
-    ``A_log``, ``dt_bias``     ``HV`` and ``[HV * K]`` elements            f32
+    ``A_log``, ``dt_bias``     ``HV`` and ``[HV * K]`` elements            any float (f32 in FLA)
     ``initial_state``          ``[N, HV, K, V]``; with ``ssm_state_indices``  any float
                                a pool ``[num_slots, HV, K, V]``
     ``ssm_state_indices``      ``[N]`` or ``[N, max_tokens]``              i32 | i64
@@ -140,8 +140,8 @@ def fused_recurrent_kda(
     ``v``                       ``[B, T, HV, V]``, ``HV % H == 0``      any float
     ``g``                       ``[B, T, HV, K]``                       any float
     ``beta``                    ``[B, T, HV]`` or ``[B, T, HV, V]``     any float
-    ``A_log``                   ``HV`` elements                         f32
-    ``dt_bias``                 ``[HV * K]``                            f32
+    ``A_log``                   ``HV`` elements                         any float (f32 in FLA)
+    ``dt_bias``                 ``[HV * K]``                            any float (f32 in FLA)
     ``initial_state``           ``[N, HV, K, V]`` (``[N, HV, V, K]``)   any float
     ``cu_seqlens``              ``[N + 1]`` (requires ``B == 1``)       i64 | i32
     ==========================  =====================================  ==========================

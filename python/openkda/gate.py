@@ -68,8 +68,8 @@ def fused_kda_gate(
     argument        shape                 dtype
     ==============  ====================  ===========================================
     ``g``           ``[..., HV, K]``      any float (raw gate)
-    ``A_log``       ``HV`` elements       f32 (required unless ``lower_bound`` is set)
-    ``dt_bias``     ``[HV * K]``          f32
+    ``A_log``       ``HV`` elements       any float (required unless ``lower_bound`` is set)
+    ``dt_bias``     ``[HV * K]``          any float
     ==============  ====================  ===========================================
 
     Returns ``y`` ``[..., HV, K]`` in ``output_dtype`` (default f32):
