@@ -92,8 +92,11 @@ struct RecurrentFwdArgs : KdaOptions {
   // Without ssm_state_indices: [N, HV, K, V] (v-first [N, HV, V, K]).
   // With ssm_state_indices: a state pool [num_slots, HV, K, V]. Any float; may be undefined.
   TensorRef initial_state;
-  TensorRef cu_seqlens;              // [N + 1] i32 | i64; may be undefined
-  TensorRef ssm_state_indices;       // [N] or [N, max_tokens] i32 | i64; may be undefined
+  TensorRef cu_seqlens;  // [N + 1] i32 | i64; may be undefined
+  // [N] or [N, max_tokens] i32 | i64; may be undefined. Host-side indices must lie in
+  // [0, num_slots) (checked); on CUDA a slot outside that range (vLLM pads with -1) is neither
+  // read (zero state) nor written.
+  TensorRef ssm_state_indices;
   TensorRef num_accepted_tokens;     // [N] i32 | i64; may be undefined (needs ssm_state_indices)
   bool inplace_final_state = false;  // write states into initial_state (the pool)
   TensorRef o;                       // [B, T, HV, V] any float (output)
