@@ -231,6 +231,25 @@ VARLEN = [
 ]
 
 
+# ---- two warpgroups per scan CTA ----------------------------------------------------------------
+# With V = 128 and more states than half the SMs (N HV > 66 on the H200), the scan does not split
+# V: one CTA of two warpgroups per state (vs = 128), with 16-bit o written by the packed,
+# transposed stores. The cases above all have N HV <= 16, which selects vs = 64.
+
+WIDE = [
+    _case(B=2, T=200, H=8, HV=40, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+          beta="sigmoid"),
+    _case(B=1, T=130, H=72, HV=72, K=64, V=128, dtype="f16", gate="softplus", chunk_size=32),
+    _case(T=300, cu_seqlens=(0, 70, 71, 200, 300), H=4, HV=24, K=128, V=128, gate="softplus",
+          l2norm=True, v_first=True),
+]
+
+
+@pytest.mark.parametrize("case", params(WIDE))
+def test_two_warpgroups(case):
+    _check_case(case)
+
+
 @pytest.mark.parametrize("case", params(VARLEN))
 def test_varlen(case):
     _check_case(case)
