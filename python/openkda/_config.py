@@ -62,18 +62,24 @@ def run_core(op: str, device: torch.device, tensors: dict, options: dict) -> Non
     """Validates, allocates the workspace and runs one core op on the current stream.
 
     ``tensors`` maps the core's Args field names to tensors (or None); every tensor must be
-    contiguous and must not require grad (DLPack cannot export those).
+    contiguous and must not require grad (DLPack cannot export those). One binding call
+    (``<op>_run``) validates, asks for the workspace (a torch uint8 tensor on ``device``) and
+    runs; ops without a workspace call ``<op>`` directly.
     """
-    # The core's workspace_bytes is 0 for these ops on every device: skip one binding round trip
-    # (and one validation) per decode step.
-    nbytes = 0 if op in _NO_WORKSPACE else getattr(_C, op + "_workspace_bytes")(tensors, options)
-    workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
     if device.type == "cuda":
         with torch.cuda.device(device):
             stream = torch.cuda.current_stream(device).cuda_stream
-            getattr(_C, op)(tensors, options, workspace, stream)
+            _call(op, device, tensors, options, stream)
     else:
-        getattr(_C, op)(tensors, options, workspace, 0)
+        _call(op, device, tensors, options, 0)
+
+
+def _call(op: str, device: torch.device, tensors: dict, options: dict, stream: int) -> None:
+    if op in _NO_WORKSPACE:  # workspace_bytes is 0 for these ops on every device
+        getattr(_C, op)(tensors, options, None, stream)
+    else:
+        getattr(_C, op + "_run")(
+            tensors, options, lambda n: torch.empty(n, dtype=torch.uint8, device=device), stream)
 
 
 def build_config() -> dict:

@@ -211,6 +211,57 @@ def test_binding_rejects_unknown_names():
         _C.gate_fwd_workspace_bytes({"g": [1.0, 2.0]}, {})
 
 
+def _small_chunk_tensors(T=70, H=2, K=16):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, T, H, K, generator=gen) for _ in range(3))
+    g = -torch.rand(1, T, H, K, generator=gen)
+    beta = torch.rand(1, T, H, generator=gen)
+    return dict(q=q, k=k, v=v, g=g, beta=beta, o=torch.full_like(v, float("nan")))
+
+
+def test_binding_run_allocates_what_workspace_bytes_reports():
+    """<op>_run: one call validates, asks for exactly workspace_bytes and runs; same o as the
+    two-call path."""
+    from openkda import _C
+
+    opts = dict(scale=0.25)
+    two = _small_chunk_tensors()
+    nbytes = _C.chunk_fwd_workspace_bytes(two, opts)
+    assert nbytes > 0
+    _C.chunk_fwd(two, opts, torch.empty(nbytes, dtype=torch.uint8), 0)
+    one = _small_chunk_tensors()
+    seen = []
+
+    def allocate(n):
+        seen.append(n)
+        return torch.empty(n, dtype=torch.uint8)
+
+    _C.chunk_fwd_run(one, opts, allocate, 0)
+    assert seen == [nbytes]
+    assert torch.equal(one["o"], two["o"]) and not one["o"].isnan().any()
+
+
+def test_binding_run_errors():
+    from openkda import _C
+
+    opts = dict(scale=0.25)
+    seen = []
+    bad = _small_chunk_tensors()
+    bad["beta"] = bad["beta"][..., :1].contiguous()
+    with pytest.raises(ValueError, match="beta"):  # invalid arguments: no allocation
+        _C.chunk_fwd_run(bad, opts, lambda n: seen.append(n), 0)
+    assert seen == []
+    with pytest.raises(ValueError, match="workspace"):  # a buffer smaller than asked
+        _C.chunk_fwd_run(_small_chunk_tensors(), opts,
+                         lambda n: torch.empty(n - 16, dtype=torch.uint8), 0)
+
+    def failing(n):
+        raise RuntimeError("allocation failed")
+
+    with pytest.raises(RuntimeError, match="allocation failed"):
+        _C.chunk_fwd_run(_small_chunk_tensors(), opts, failing, 0)
+
+
 @pytest.mark.parametrize("fn", ["chunk", "recurrent"])
 def test_bad_scale_names_the_argument(fn):
     q = torch.randn(1, 4, 1, 8)
