@@ -17,7 +17,8 @@
 #                           call per shape autotunes for about 90 s)
 #   9. bench_decode optional benchmarks/bench_decode.py (decode / verify, CUDA-graph replay)
 #  10. memcheck   optional  compute-sanitizer memcheck on small gate, varlen chunk_kda (with
-#                           initial and intermediate states) and state-pool decode cases
+#                           initial and intermediate states), state-pool decode cases, and
+#                           malformed device-side cu_seqlens / state_indices
 #  11. racecheck  optional  compute-sanitizer racecheck on the same cases
 # Exit status: non-zero only when a REQUIRED step fails. Optional steps are skipped when the time
 # left before OPENKDA_GPU_CHECK_DEADLINE (seconds since start, default 540) is too short.
@@ -257,6 +258,16 @@ with torch.inference_mode():
         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
     # no pool: final state per sequence, no initial state (zeros streamed out)
     openkda.fused_recurrent_kda(q2, k2, v2, g2, beta2, output_final_state=True, cu_seqlens=cu3,
+        use_qk_l2norm_in_kernel=True)
+    # device index values the host cannot check (clamped by the kernels): decreasing cu_seqlens
+    # and a single-element one (N = 0) for chunk_kda; cu_seqlens past T and a sequence longer
+    # than its state_indices row for the decode kernels
+    for bad in ([10, 100, 50, 133], [7]):
+        openkda.chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
+            cu_seqlens=torch.tensor(bad, dtype=torch.int32, device="cuda"))
+    cu4 = torch.tensor([0, 3, 1000], dtype=torch.int32, device="cuda")
+    openkda.fused_recurrent_kda_fwd(q[:, :8], k[:, :8], v[:, :8], g[:, :8], beta[:, :8],
+        initial_state=pool, inplace_final_state=True, cu_seqlens=cu4, ssm_state_indices=idx,
         use_qk_l2norm_in_kernel=True)
 torch.cuda.synchronize()
 print("sanitizer workload done")

@@ -255,6 +255,36 @@ def test_varlen(case):
     _check_case(case)
 
 
+def _device_cu_call(cu: tuple, T: int = 300, HV: int = 4):
+    """chunk_kda with device cu_seqlens `cu` (values the host never reads or checks) on T tokens
+    of bf16 inputs; o comes NaN-poisoned."""
+    case = _case(T=T, cu_seqlens=(0, T), H=2, HV=HV, K=128, V=128, gate="softplus", l2norm=True)
+    inputs = _cuda_inputs(case)
+    inputs["cu_seqlens"] = torch.tensor(cu, dtype=torch.int32, device=DEV)
+    inputs["initial_state"] = None
+    args, kw = chunk_call(inputs, case)
+    _poison(((1, T, HV, 128), torch.bfloat16))
+    o, _ = openkda.chunk_kda(*args, **kw)
+    torch.cuda.synchronize()
+    return o
+
+
+def test_varlen_no_sequence_zeroes_o():
+    """Device cu_seqlens of one element (N = 0): every row is padding, written as 0."""
+    o = _device_cu_call((7,))
+    assert torch.equal(o, torch.zeros_like(o))
+
+
+def test_varlen_decreasing_device_cu_seqlens_stays_in_bounds():
+    """Decreasing device cu_seqlens (overlapping sequences, more chunks than the workspace has
+    slots): o is unspecified there, but the op completes without a CUDA error (the chunk offsets
+    are capped at the slots; compute-sanitizer memcheck sees no access outside the buffers), and
+    the rows no sequence covers are 0."""
+    o = _device_cu_call((10, 200, 100, 290))
+    assert torch.equal(o[:, :10], torch.zeros_like(o[:, :10]))
+    assert torch.equal(o[:, 290:], torch.zeros_like(o[:, 290:]))
+
+
 # ---- return_intermediate_states ------------------------------------------------------------------
 
 H_CASES = [

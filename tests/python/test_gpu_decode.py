@@ -442,6 +442,60 @@ def test_per_token_states_not_in_place(kernel):
     assert torch.equal(bits(pool), bits(before))
 
 
+# ---- device index values the host cannot check -------------------------------------------------
+
+@pytest.mark.parametrize("kernel", ["register", "stream"])
+def test_device_cu_seqlens_clamped_to_T(kernel):
+    """cu_seqlens past T (device values, never read on the host) is clamped to T: the same o and
+    final states as the well-formed cu_seqlens, bit for bit."""
+    lens = [3, 5, 0, 4]
+    N = len(lens)
+    HV = stream_heads(N) if kernel == "stream" else 4
+    p = Problem(lens=lens, HV=HV, K=128, V=128, gate="softplus")
+    args, kw = make(p)
+    h0 = torch.randn(N, HV, 128, 128, device="cuda")
+    kw.update(initial_state=h0, output_final_state=True, inplace_final_state=False)
+    good = openkda.fused_recurrent_kda_fwd(*args, **kw)
+    bad_cu = kw["cu_seqlens"].clone()
+    bad_cu[-1] = 1000  # T = 12
+    kw["cu_seqlens"] = bad_cu
+    bad = openkda.fused_recurrent_kda_fwd(*args, **kw)
+    torch.cuda.synchronize()
+    for name, g, b in zip(("o", "final_state"), good, bad):
+        assert torch.equal(bits(g), bits(b)), name
+
+
+@pytest.mark.parametrize("kernel", ["register", "stream"])
+def test_spec_verify_tokens_past_index_columns_store_nothing(kernel):
+    """A sequence longer than ssm_state_indices is wide (possible only with device cu_seqlens):
+    its tokens past the last column store no state; every other slot keeps its bits."""
+    lens = [6, 2]
+    N, M = len(lens), 4
+    HV = stream_heads(N) if kernel == "stream" else 4
+    p = Problem(lens=lens, H=1, HV=HV, K=128, V=128, gate="softplus")
+    args, kw = make(p)
+    num_slots = 4 * N * M
+    idx = torch.randperm(num_slots)[: N * M].view(N, M).cuda()
+    pool = make_pool(num_slots, HV, 128, 128, torch.float32, False)
+    for n in range(N):
+        pool[int(idx[n, 0])] = torch.randn(pool.shape[1:], device="cuda")
+    before = pool.clone()
+    o, _ = openkda.fused_recurrent_kda_fwd(*args, initial_state=pool, ssm_state_indices=idx, **kw)
+    _, ref_states, _ = run_reference(p, args, kw, [before[int(idx[n, 0])] for n in range(N)])
+    written = torch.zeros(num_slots, dtype=torch.bool)
+    bos, got, want = 0, [], []
+    for n, L in enumerate(lens):
+        for t in range(min(L, M)):
+            s = int(idx[n, t])
+            written[s] = True
+            got.append(pool[s])
+            want.append(ref_states[bos + t])
+        bos += L
+    check("pool[idx[n, t]]", torch.stack(want), torch.stack(got), TOL[torch.float32])
+    w = written.cuda()
+    assert torch.equal(bits(pool[~w]), bits(before[~w]))
+
+
 # ---- gate / beta / l2norm / dtype matrix (small, every mode) ------------------------------------
 
 MODES = [

@@ -5,12 +5,13 @@
 //   sequence_span(n)    tokens [bos, bos + len) of sequence n: dense (bos = n T, len = T) or
 //                       from cu_seqlens, clamped to 0 <= bos <= bos + len <= T so that no token
 //                       access leaves the inputs and outputs (the core validates host-side
-//                       cu_seqlens; device-side ones are the caller's contract: non-decreasing
-//                       values, else the chunk count can exceed the workspace's per-slot tiles,
+//                       cu_seqlens; device-side ones should be non-decreasing: decreasing ones
+//                       give overlapping sequences, computed only up to the workspace's slots,
 //                       launch_chunk_fwd.h).
 //   chunk_offsets[n]    varlen: first global chunk of sequence n, the exclusive prefix sum of
-//                       ceil(len / BT) (chunk_offsets[N] = chunks over all sequences); FLA's
-//                       prepare_chunk_offsets. Global chunk c0 + c indexes h (and gamma).
+//                       ceil(len / BT) (chunk_offsets[N] = chunks over all sequences), capped at
+//                       the workspace's slots; FLA's prepare_chunk_offsets. Global chunk c0 + c
+//                       indexes h (and gamma).
 //   resolve_chunk(slot) the (sequence, chunk) of global chunk `slot`: dense by division, varlen by
 //                       binary search over chunk_offsets (empty sequences never match).
 //   zero_padding_rows   varlen: o = 0 on the rows outside [cu_seqlens[0], cu_seqlens[N]) (no
@@ -50,6 +51,16 @@ __device__ __forceinline__ SeqSpan sequence_span(const ChunkFwdParams& p, int64_
 // First global chunk of sequence n.
 __device__ __forceinline__ int64_t chunk_base(const ChunkFwdParams& p, int64_t n) {
   return p.cu_seqlens == nullptr ? n * p.NT_b : static_cast<int64_t>(p.chunk_offsets[n]);
+}
+
+// Chunks of sequence n: ceil(len / BT), or with cu_seqlens the offsets' difference, which equals
+// it unless the device cu_seqlens decrease (sequences then overlap and build_chunk_offsets caps
+// the offsets at the workspace's slots: the tail of such a sequence is not computed, but no slot
+// past the workspace is touched).
+__device__ __forceinline__ int64_t sequence_chunks(const ChunkFwdParams& p, int64_t n,
+                                                   const SeqSpan& span) {
+  if (p.cu_seqlens == nullptr) return (span.len + p.BT - 1) / p.BT;
+  return static_cast<int64_t>(p.chunk_offsets[n + 1]) - p.chunk_offsets[n];
 }
 
 // One chunk: rows t0 .. t0 + nv - 1 of sequence n (1 <= nv <= BT).
@@ -134,11 +145,14 @@ __device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
     }
   }
   __syncthreads();
+  // Capped at the workspace's slots: more chunks than slots only come from decreasing device
+  // cu_seqlens (overlapping sequences); the cap keeps every chunk index inside the workspace.
+  const int32_t cap = static_cast<int32_t>(p.slots);
   int32_t off = sWarpSum[warp] + incl - local;
   if (tid == 0) p.chunk_offsets[0] = 0;
   for (int64_t n = first; n < last; ++n) {
     off += static_cast<int32_t>((sequence_span(p, n).len + p.BT - 1) / p.BT);
-    p.chunk_offsets[n + 1] = off;
+    p.chunk_offsets[n + 1] = min(off, cap);
   }
 }
 

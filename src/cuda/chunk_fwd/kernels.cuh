@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const 
                    static_cast<int>(threadIdx.x % 32) / 4;  // v of this thread's fragment row g
 
   const SeqSpan span = sequence_span(p, n);
-  const int64_t nchunks = (span.len + kBT - 1) / kBT;
+  const int64_t nchunks = sequence_chunks(p, n, span);
   const int64_t first_chunk = chunk_base(p, n);
   const int64_t head_state = int64_t{kK} * p.V;
 

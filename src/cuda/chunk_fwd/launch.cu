@@ -275,9 +275,16 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
                                    " bytes" + (ws.data ? "" : " at null") + "; expected at least " +
                                    std::to_string(L.bytes) + " bytes");
   }
-  if (d.N == 0) return Status::Ok();  // no sequence: nothing to write
-  const ChunkFwdParams p = make_params(a, d, L, ws, device_sms());
   const auto s = static_cast<cudaStream_t>(stream);
+  if (d.N == 0) {  // no sequence: with varlen every row of o is padding, written as 0
+    if (d.varlen && a.o.numel() > 0) {
+      OPENKDA_RETURN_IF_ERROR(cuda_status(
+          cudaMemsetAsync(a.o.data, 0, static_cast<size_t>(a.o.numel()) * dtype_size(a.o.dtype), s),
+          kOp, "o = 0 (N = 0)"));
+    }
+    return Status::Ok();
+  }
+  const ChunkFwdParams p = make_params(a, d, L, ws, device_sms());
 
   if (d.varlen) {
     OPENKDA_RETURN_IF_ERROR(

@@ -33,10 +33,11 @@ size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 // holds at least chunk_fwd_workspace_bytes(args) bytes on the tensors' device, 16-byte aligned;
 // its contents on entry do not matter. No allocation, no host synchronisation, no host read of
 // device memory (cu_seqlens is read on the device): CUDA-graph capturable, bitwise deterministic.
-// Device-side cu_seqlens must be non-decreasing (the core checks host-side ones): the kernels
-// clamp every sequence to [0, T], but decreasing values can make the chunk count exceed the
-// workspace's slots. With varlen, o rows outside [cu_seqlens[0], cu_seqlens[N]) are written as
-// 0, except when N = 0 (cu_seqlens of one element), where o is not written.
+// Device-side cu_seqlens should be non-decreasing (the core checks host-side ones): the kernels
+// clamp every sequence to [0, T] and cap the chunk count at the workspace's slots, so decreasing
+// values give overlapping sequences with unspecified o there, never an access outside the
+// tensors or the workspace. With varlen, o rows outside [cu_seqlens[0], cu_seqlens[N]) are
+// written as 0 (all of o when N = 0, cu_seqlens of one element).
 // Calls chunk_fwd_can_implement first.
 Status chunk_fwd(const ChunkFwdArgs& args, Workspace workspace, Stream stream);
 

@@ -47,11 +47,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
     if (has_src)
       slot_bits = load_index_bits(p.state_indices, p.idx_dtype, n * p.idx_cols + col_idx);
   }
-  int64_t bos = static_cast<int64_t>(n) * p.T, len = p.T;
-  if (p.cu_seqlens != nullptr) {
-    bos = load_index(p.cu_seqlens, p.cu_dtype, n);
-    len = load_index(p.cu_seqlens, p.cu_dtype, n + 1) - bos;
-  }
+  const TokenSpan span = token_span(p, n);
+  const int64_t bos = span.bos, len = span.len;
   if (p.pool && len <= 0) return;  // continuous batching: an empty slot is untouched
 
   StateTile<Tr> S(tid & 31, tid >> 5, slice * Tr::kBlockV);

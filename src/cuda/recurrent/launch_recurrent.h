@@ -18,7 +18,9 @@ Status recurrent_fwd_supported(const RecurrentFwdArgs& args);
 // validated args (the core's can_implement): writes o and the states (in place into the pool,
 // per token into final_state, or the final state per sequence). No allocation, no host
 // synchronisation, CUDA-graph capturable; cu_seqlens, ssm_state_indices and num_accepted_tokens
-// are read on the device only. Calls recurrent_fwd_supported first.
+// are read on the device only. Device values the host could not check are clamped, never
+// trusted as addresses: cu_seqlens to [0, T] (token_span), index columns past state_indices'
+// width and slots outside [0, num_slots) store nothing. Calls recurrent_fwd_supported first.
 Status recurrent_fwd(const RecurrentFwdArgs& args, Stream stream);
 
 }  // namespace openkda::cuda

@@ -250,11 +250,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   const int n = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.HV));
   const int h = hv / p.group;
 
-  int64_t bos = static_cast<int64_t>(n) * p.T, len = p.T;
-  if (p.cu_seqlens != nullptr) {
-    bos = load_index(p.cu_seqlens, p.cu_dtype, n);
-    len = load_index(p.cu_seqlens, p.cu_dtype, n + 1) - bos;
-  }
+  const TokenSpan span = token_span(p, n);
+  const int64_t bos = span.bos, len = span.len;
   // Pool mode: an empty slot is untouched. Without a pool an empty sequence still writes its
   // final state (the initial one).
   if (len <= 0 && !p.store_final) return;

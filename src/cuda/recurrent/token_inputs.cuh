@@ -54,6 +54,22 @@ __device__ __forceinline__ int64_t load_index(const void* p, DType dtype, int64_
   return index_from_bits(load_index_bits(p, dtype, i), dtype);
 }
 
+// Tokens [bos, bos + len) of sequence n: n T .. with T tokens, or from the device cu_seqlens,
+// clamped to 0 <= bos <= bos + len <= T (T = q.shape[1], all tokens with cu_seqlens). Device
+// values cannot be validated on the host: malformed ones give empty or shortened sequences, never
+// an access outside the tensors.
+struct TokenSpan {
+  int64_t bos = 0;
+  int64_t len = 0;
+};
+
+__device__ __forceinline__ TokenSpan token_span(const RecurrentParams& p, int n) {
+  if (p.cu_seqlens == nullptr) return TokenSpan{static_cast<int64_t>(n) * p.T, p.T};
+  const int64_t a = min(max(load_index(p.cu_seqlens, p.cu_dtype, n), int64_t{0}), p.T);
+  const int64_t b = min(max(load_index(p.cu_seqlens, p.cu_dtype, n + 1), a), p.T);
+  return TokenSpan{a, b - a};
+}
+
 // Row of the initial state of sequence n: initial_state[n] without a pool, else the pool slot
 // state_indices[n, num_accepted[n] - 1] (column 0 without num_accepted); -1 (zero state) without
 // an initial state, or for a column or slot out of range (device indices cannot be validated on
@@ -90,7 +106,12 @@ __device__ __forceinline__ RowInputs load_row_inputs(const RecurrentParams& p, i
     r.k = load_bits(p.k, p.qk_dtype, qk_off);
     r.g = load_bits(p.g, p.g_dtype, (tok * p.HV + hv) * Tr::kK + tid);
   }
-  if (p.inplace) r.slot = load_index_bits(p.state_indices, p.idx_dtype, n * p.idx_cols + t);
+  // Tokens past the index columns (a sequence longer than state_indices is wide, only possible
+  // with device cu_seqlens) store nowhere: all-ones bits read as slot -1.
+  if (p.inplace) {
+    r.slot = t < p.idx_cols ? load_index_bits(p.state_indices, p.idx_dtype, n * p.idx_cols + t)
+                            : ~uint64_t{0};
+  }
   return r;
 }
 
