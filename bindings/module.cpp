@@ -216,7 +216,26 @@ void set_options(Args& args, nb::dict options, const std::string& op) {
   }
 }
 
-// One op: its name in messages, its tensor fields, and the two Python entry points.
+// run(args) with `workspace` (a DLPack tensor, or None for no scratch) on `stream`, the GIL
+// released meanwhile; a non-Ok Status raises.
+template <class Args>
+void run_with(const Args& args, nb::handle workspace, const char* op, uintptr_t stream,
+              std::vector<nb::ndarray<>>& keep) {
+  Workspace ws;
+  if (!workspace.is_none()) {
+    const TensorRef w = to_ref(workspace, op, "workspace", keep);
+    ws.data = w.data;
+    ws.bytes = static_cast<size_t>(w.numel()) * dtype_size(w.dtype);
+  }
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = run(args, ws, reinterpret_cast<Stream>(stream));
+  }
+  check(s);
+}
+
+// One op: its name in messages, its tensor fields, and the three Python entry points.
 template <class Args>
 void def_op(nb::module_& m, const char* py_name, const char* op, TensorFields<Args> fields,
             const char* doc) {
@@ -240,18 +259,7 @@ void def_op(nb::module_& m, const char* py_name, const char* op, TensorFields<Ar
       [build, op](nb::dict tensors, nb::dict options, nb::handle workspace, uintptr_t stream) {
         std::vector<nb::ndarray<>> keep;
         const Args args = build(tensors, options, keep);
-        Workspace ws;
-        if (!workspace.is_none()) {
-          const TensorRef w = to_ref(workspace, op, "workspace", keep);
-          ws.data = w.data;
-          ws.bytes = static_cast<size_t>(w.numel()) * dtype_size(w.dtype);
-        }
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = run(args, ws, reinterpret_cast<Stream>(stream));
-        }
-        check(s);
+        run_with(args, workspace, op, stream, keep);
       },
       nb::arg("tensors"), nb::arg("options"), nb::arg("workspace").none(), nb::arg("stream"), doc);
   m.def((std::string(py_name) + "_run").c_str(),
@@ -260,19 +268,7 @@ void def_op(nb::module_& m, const char* py_name, const char* op, TensorFields<Ar
           const Args args = build(tensors, options, keep);
           check(can_implement(args));
           const size_t nbytes = workspace_bytes(args);
-          Workspace ws;
-          if (nbytes > 0) {
-            const nb::object buffer = allocate(nbytes);
-            const TensorRef w = to_ref(buffer, op, "workspace", keep);
-            ws.data = w.data;
-            ws.bytes = static_cast<size_t>(w.numel()) * dtype_size(w.dtype);
-          }
-          Status s;
-          {
-            nb::gil_scoped_release release;
-            s = run(args, ws, reinterpret_cast<Stream>(stream));
-          }
-          check(s);
+          run_with(args, nbytes > 0 ? nb::object(allocate(nbytes)) : nb::none(), op, stream, keep);
         },
         nb::arg("tensors"), nb::arg("options"), nb::arg("allocate"), nb::arg("stream"),
         "Validates, sizes the workspace, calls allocate(nbytes) for it (not when 0) and runs.");
