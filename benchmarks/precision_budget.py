@@ -1,0 +1,157 @@
+"""Precision budget of the chunk_kda forward's workspace formats (CPU, float64 emulation).
+
+The CUDA forward hands w, u, qg, kg and A_qk from the prep kernel to the scan kernel through a
+workspace, today in f32 (tf32-rounded where only tensor cores read them): 1.8 GB at B=1, T=8192,
+H=96, and ~0.34 ms of the prep's 1.75 ms there (src/cuda/chunk_fwd/README.md). This script asks
+which narrower formats keep the issue's accuracy bar (rel-RMS <= 5e-3 against a float64
+reference) before any kernel is written for them.
+
+It runs the chunked algorithm of the CUDA kernels in float64 (chunk size 64, the same stages and
+intermediates: G cumsum, A_kk, A_qk, Tinv, w, u, qg, kg, gamma, then the state scan) with each
+workspace tensor rounded to a chosen format, and the scan's register operands (S and v_new)
+rounded as the tensor cores see them (tf32 today). The reference is the per-token recurrence in
+float64 on the same bf16-rounded inputs. o is rounded to bf16 at the end, as the op returns it.
+
+    python benchmarks/precision_budget.py            # the table below, ~1 min on one core
+    python benchmarks/precision_budget.py --T 1024   # shorter
+
+Formats: f32, tf32 (10-bit mantissa, f32 range), bf16 (7-bit mantissa), f16 (10-bit mantissa,
+max 65504, subnormals below 6.1e-5). Regimes: "standard" (raw gate N(0, 1) through the safe
+gate, v N(0, 1), h0 0.5 N(0, 1)) and "long memory" (raw gate -12, so the decay is ~1; v x 1e-3;
+h0 of magnitude 10), the regime that decides the state's budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+
+def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
+    """x rounded to nearest-even in `fmt`, returned as float64."""
+    if fmt == "f64":
+        return x
+    if fmt == "f32":
+        return x.astype(np.float32).astype(np.float64)
+    if fmt == "f16":
+        return x.astype(np.float16).astype(np.float64)
+    bits = {"tf32": 13, "bf16": 16}[fmt]  # low mantissa bits of an f32 dropped
+    f = x.astype(np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    half = np.uint64(1 << (bits - 1))
+    lsb = (u >> np.uint64(bits)) & np.uint64(1)
+    u = ((u + half - np.uint64(1) + lsb) >> np.uint64(bits)) << np.uint64(bits)
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def make_inputs(T: int, K: int, regime: str, seed: int):
+    rng = np.random.default_rng(seed)
+    q = round_to(rng.standard_normal((T, K)), "bf16")
+    k = round_to(rng.standard_normal((T, K)), "bf16")
+    v = rng.standard_normal((T, K))
+    raw = rng.standard_normal((T, K))
+    h0 = 0.5 * rng.standard_normal((K, K))
+    if regime == "long":
+        raw = np.full((T, K), -12.0)
+        v = 1e-3 * v
+        h0 = 10.0 * np.sign(rng.standard_normal((K, K)))
+    v = round_to(v, "bf16")
+    raw = round_to(raw, "bf16")
+    beta = 1.0 / (1.0 + np.exp(-round_to(rng.standard_normal(T), "bf16")))
+    # in-kernel l2norm and the safe gate (lower_bound = -5, A_log = 0, no dt_bias)
+    q = q / np.sqrt((q * q).sum(1, keepdims=True) + 1e-6)
+    k = k / np.sqrt((k * k).sum(1, keepdims=True) + 1e-6)
+    g = -5.0 / (1.0 + np.exp(-raw))
+    return q, k, v, g, beta, h0
+
+
+def reference(q, k, v, g, beta, h0, scale):
+    """Per-token recurrence: S_t = (I - b k k^T) diag(a_t) S_{t-1} + b k v^T, o_t = scale q S_t."""
+    S = h0.copy()
+    o = np.empty_like(v)
+    for t in range(q.shape[0]):
+        S = np.exp(g[t])[:, None] * S
+        S = S + beta[t] * np.outer(k[t], v[t] - k[t] @ S)
+        o[t] = scale * (q[t] @ S)
+    return o, S
+
+
+def chunked(q, k, v, g, beta, h0, scale, ws: dict, operand: str, BT: int = 64):
+    """The CUDA kernels' stages with the workspace tensors rounded to ws[name] and the scan's
+    register operands (S for X and O, v_new for O and the update) rounded to `operand`."""
+    T, K = q.shape
+    S = h0.copy()
+    o = np.empty_like(v)
+    for t0 in range(0, T, BT):
+        sl = slice(t0, min(t0 + BT, T))
+        qc, kc, vc, gc, bc = q[sl], k[sl], v[sl], g[sl], beta[sl]
+        n = qc.shape[0]
+        G = np.cumsum(gc, axis=0)
+        E = np.exp(G)
+        diff = np.exp(G[:, None, :] - G[None, :, :])  # exp(G_i - G_j), all pairs (exact)
+        A_kk = bc[:, None] * np.einsum("id,jd,ijd->ij", kc, kc, diff) * np.tri(n, k=-1)
+        A_qk = scale * np.einsum("id,jd,ijd->ij", qc, kc, diff) * np.tri(n)
+        Tinv = np.linalg.inv(np.eye(n) + A_kk)
+        w = round_to(Tinv @ (bc[:, None] * kc * E), ws["w"])
+        u = round_to(Tinv @ (bc[:, None] * vc), ws["u"])
+        qg = round_to(scale * qc * E, ws["qg"])
+        kg = round_to(kc * np.exp(G[-1] - G), ws["kg"])
+        A_qk = round_to(A_qk, ws["aqk"])
+        gamma = np.exp(G[-1])
+        Sop = round_to(S, operand)
+        v_new = u - w @ Sop
+        vop = round_to(v_new, operand)
+        o[sl] = qg @ Sop + A_qk @ vop
+        S = gamma[:, None] * S + kg.T @ vop
+    return round_to(o, "bf16"), S
+
+
+def rel_rms(ref, out):
+    return float(np.sqrt(((out - ref) ** 2).mean()) / np.sqrt((ref ** 2).mean()))
+
+
+SCHEMES = [
+    ("f32 workspace, tf32 operands (tf32-rounded w, qg, kg, A_qk: today)",
+     dict(w="tf32", u="f32", qg="tf32", kg="tf32", aqk="tf32"), "tf32"),
+    ("qg, u, A_qk bf16; w, kg tf32", dict(w="tf32", u="bf16", qg="bf16", kg="tf32", aqk="bf16"),
+     "tf32"),
+    ("qg, u, A_qk bf16; w, kg f16", dict(w="f16", u="bf16", qg="bf16", kg="f16", aqk="bf16"),
+     "tf32"),
+    ("w, kg bf16; the rest as today", dict(w="bf16", u="f32", qg="tf32", kg="bf16", aqk="tf32"),
+     "tf32"),
+    ("all five bf16, tf32 operands", dict(w="bf16", u="bf16", qg="bf16", kg="bf16", aqk="bf16"),
+     "tf32"),
+    ("all five bf16, bf16 operands (FLA's precision class)",
+     dict(w="bf16", u="bf16", qg="bf16", kg="bf16", aqk="bf16"), "bf16"),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--T", type=int, default=2048)
+    parser.add_argument("--K", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    scale = args.K ** -0.5
+    results = {}
+    for regime in ("standard", "long"):
+        inputs = make_inputs(args.T, args.K, regime, args.seed)
+        ref_o, ref_S = reference(*inputs, scale)
+        for name, ws, operand in SCHEMES:
+            o, S = chunked(*inputs, scale, ws, operand)
+            results[(name, regime)] = (rel_rms(ref_o, o), rel_rms(ref_S, S))
+    print(f"T = {args.T}, K = V = {args.K}, chunk 64, seed {args.seed}; rel-RMS against the "
+          f"per-token float64 recurrence (o rounded to bf16; the bar is 5e-3)\n")
+    print("| workspace / operands | o, standard | state, standard | o, long memory | "
+          "state, long memory |")
+    print("|---|---|---|---|---|")
+    for name, _, _ in SCHEMES:
+        s_o, s_S = results[(name, "standard")]
+        l_o, l_S = results[(name, "long")]
+        print(f"| {name} | {s_o:.2e} | {s_S:.2e} | {l_o:.2e} | {l_S:.2e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
