@@ -33,9 +33,9 @@ import sys
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from _common import run_commit
-import torch.nn.functional as F
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "f64": torch.float64}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}

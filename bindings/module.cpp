@@ -6,7 +6,7 @@
 //   <op>_run(tensors, options, allocate, stream) -> None  both in one call: validates, sizes the
 //       scratch, calls allocate(nbytes) (a Python callable returning a DLPack tensor of at least
 //       nbytes bytes, e.g. a torch.empty; not called when nbytes = 0) and runs. The caller still
-//       owns the memory; the tensors are imported and validated once instead of twice (the two
+//       owns the memory; each tensor is imported through DLPack once instead of twice (the two
 //       calls above cost ~20 DLPack exports per op call, the largest share of the host time
 //       before a chunk_kda launch).
 // with <op> in {chunk_fwd, chunk_bwd, recurrent_fwd, gate_fwd, gate_bwd}. `tensors` maps the
@@ -69,6 +69,12 @@ DType to_dtype(nb::dlpack::dtype d, const std::string& op, const std::string& na
   bad(op, name + ": DLPack dtype (code " + std::to_string(d.code) + ", bits " +
               std::to_string(d.bits) + ", lanes " + std::to_string(d.lanes) +
               "); expected f16, bf16, f32, f64, i32, i64 or u8");
+}
+
+// "cpu" or "cuda:N" of an imported tensor.
+std::string device_name(const nb::ndarray<>& a) {
+  return a.device_type() == nb::device::cuda::value ? "cuda:" + std::to_string(a.device_id())
+                                                    : std::string("cpu");
 }
 
 // Imports one DLPack tensor and describes it as a TensorRef. `keep` owns the import until the op
@@ -218,12 +224,20 @@ void set_options(Args& args, nb::dict options, const std::string& op) {
 
 // run(args) with `workspace` (a DLPack tensor, or None for no scratch) on `stream`, the GIL
 // released meanwhile; a non-Ok Status raises.
+// The workspace must be contiguous (its bytes are numel x itemsize) and on the device of the
+// tensors imported before it (keep.front(): the op's first tensor field).
 template <class Args>
 void run_with(const Args& args, nb::handle workspace, const char* op, uintptr_t stream,
               std::vector<nb::ndarray<>>& keep) {
   Workspace ws;
   if (!workspace.is_none()) {
+    const std::string where = keep.empty() ? std::string() : device_name(keep.front());
     const TensorRef w = to_ref(workspace, op, "workspace", keep);
+    if (!w.is_contiguous()) bad(op, "workspace: a strided view; expected a contiguous tensor");
+    if (!where.empty() && device_name(keep.back()) != where) {
+      bad(op,
+          "workspace: on " + device_name(keep.back()) + "; expected the inputs' device " + where);
+    }
     ws.data = w.data;
     ws.bytes = static_cast<size_t>(w.numel()) * dtype_size(w.dtype);
   }
@@ -266,9 +280,18 @@ void def_op(nb::module_& m, const char* py_name, const char* op, TensorFields<Ar
         [build, op](nb::dict tensors, nb::dict options, nb::callable allocate, uintptr_t stream) {
           std::vector<nb::ndarray<>> keep;
           const Args args = build(tensors, options, keep);
-          check(can_implement(args));
+          // 0 for invalid arguments: nothing is allocated and run() reports them.
           const size_t nbytes = workspace_bytes(args);
-          run_with(args, nbytes > 0 ? nb::object(allocate(nbytes)) : nb::none(), op, stream, keep);
+          nb::object buffer = nb::none();
+          if (nbytes > 0) {
+            buffer = allocate(nbytes);
+            if (buffer.is_none()) {
+              bad(op, "allocate(" + std::to_string(nbytes) +
+                          ") returned None; expected a DLPack tensor of at least " +
+                          std::to_string(nbytes) + " bytes");
+            }
+          }
+          run_with(args, buffer, op, stream, keep);
         },
         nb::arg("tensors"), nb::arg("options"), nb::arg("allocate"), nb::arg("stream"),
         "Validates, sizes the workspace, calls allocate(nbytes) for it (not when 0) and runs.");

@@ -262,7 +262,7 @@ with torch.inference_mode():
     # device index values the host cannot check (clamped by the kernels): decreasing cu_seqlens
     # and a single-element one (N = 0) for chunk_kda; cu_seqlens past T and a sequence longer
     # than its state_indices row for the decode kernels
-    for bad in ([10, 100, 50, 133], [7]):
+    for bad in ([0, 133, 0, 133], [7]):  # 6 chunks > 5 workspace slots; N = 0
         openkda.chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
             cu_seqlens=torch.tensor(bad, dtype=torch.int32, device="cuda"))
     cu4 = torch.tensor([0, 3, 1000], dtype=torch.int32, device="cuda")

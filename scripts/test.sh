@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command of OpenKDA (README and CI run exactly this):
+# The test command of OpenKDA (the README's; CI runs it with OPENKDA_ENABLE_CUDA=OFF and its own
+# build folder):
 #
 #   bash scripts/test.sh
 #

@@ -37,10 +37,13 @@ Status check_workspace(const char* op, Workspace ws, size_t needed) {
   if (ws.bytes < needed)
     return Status::InvalidArgument(std::string(op) + ": workspace: " + std::to_string(ws.bytes) +
                                    " bytes; expected at least " + std::to_string(needed));
-  if (needed > 0 && (ws.data == nullptr || reinterpret_cast<uintptr_t>(ws.data) % 16 != 0))
-    return Status::InvalidArgument(std::string(op) +
-                                   ": workspace.data is null or not 16-byte aligned; expected a "
-                                   "16-byte aligned buffer");
+  if (needed > 0 && ws.data == nullptr)
+    return Status::InvalidArgument(std::string(op) + ": workspace.data = null; expected a " +
+                                   std::to_string(needed) + "-byte buffer");
+  if (needed > 0 && reinterpret_cast<uintptr_t>(ws.data) % 16 != 0)
+    return Status::InvalidArgument(std::string(op) + ": workspace.data address % 16 = " +
+                                   std::to_string(reinterpret_cast<uintptr_t>(ws.data) % 16) +
+                                   "; expected a 16-byte aligned buffer");
   return Status::Ok();
 }
 

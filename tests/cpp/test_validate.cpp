@@ -569,8 +569,10 @@ TEST_F(RecurrentValidate, DeviceIndicesCoverEveryTokenWithoutCuSeqlens) {
   HostTensor five(DType::kI32, {1, 5});  // one sequence, a column per token: past validation
   args.ssm_state_indices = five.ref();
   args.ssm_state_indices.device = openkda::Device{openkda::DeviceType::kCUDA, 0};
+  // Past the core's validation: Ok, or kNotSupported from a backend (no CUDA in this build, or
+  // the kernels' own limits), never kInvalidArgument.
   const openkda::Status s = check();
-  EXPECT_FALSE(HasSubstr(s.message(), "ssm_state_indices")) << s.message();
+  EXPECT_NE(s.code(), openkda::StatusCode::kInvalidArgument) << s.message();
 }
 
 TEST_F(RecurrentValidate, InPlaceNeedsInitialState) {

@@ -260,6 +260,14 @@ def test_binding_run_errors():
 
     with pytest.raises(RuntimeError, match="allocation failed"):
         _C.chunk_fwd_run(_small_chunk_tensors(), opts, failing, 0)
+    with pytest.raises(ValueError, match=r"allocate\(\d+\) returned None"):
+        _C.chunk_fwd_run(_small_chunk_tensors(), opts, lambda n: None, 0)
+    with pytest.raises(ValueError, match="workspace: a int; expected a DLPack tensor"):
+        _C.chunk_fwd_run(_small_chunk_tensors(), opts, lambda n: n, 0)
+    # A stride-0 view claims n bytes over one: rejected, not read as n bytes.
+    with pytest.raises(ValueError, match="workspace: a strided view; expected a contiguous"):
+        _C.chunk_fwd_run(_small_chunk_tensors(), opts,
+                         lambda n: torch.empty(1, dtype=torch.uint8).expand(n), 0)
 
 
 @pytest.mark.parametrize("fn", ["chunk", "recurrent"])

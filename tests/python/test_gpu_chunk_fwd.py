@@ -247,6 +247,8 @@ WIDE = [
 
 @pytest.mark.parametrize("case", params(WIDE))
 def test_two_warpgroups(case):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert case.N * case.HV * 2 > sms, "the case must select vs = 128 (launch.cu choose_vsplit)"
     _check_case(case)
 
 
@@ -280,9 +282,15 @@ def test_varlen_decreasing_device_cu_seqlens_stays_in_bounds():
     slots): o is unspecified there, but the op completes without a CUDA error (the chunk offsets
     are capped at the slots; compute-sanitizer memcheck sees no access outside the buffers), and
     the rows no sequence covers are 0."""
-    o = _device_cu_call((10, 200, 100, 290))
-    assert torch.equal(o[:, :10], torch.zeros_like(o[:, :10]))
-    assert torch.equal(o[:, 290:], torch.zeros_like(o[:, 290:]))
+    T, BT, cu = 300, 64, (5, 290, 10, 295)
+    # As the kernels clamp them: [5, 290), [290, 290), [10, 295).
+    spans = [(5, 290), (290, 290), (10, 295)]
+    chunks = sum((b - a + BT - 1) // BT for a, b in spans)
+    slots = (T + (len(cu) - 1) * (BT - 1)) // BT  # launch.cu WorkspaceLayout, varlen
+    assert chunks > slots, (chunks, slots)
+    o = _device_cu_call(cu, T=T)
+    assert torch.equal(o[:, :5], torch.zeros_like(o[:, :5]))
+    assert torch.equal(o[:, 295:], torch.zeros_like(o[:, 295:]))
 
 
 # ---- return_intermediate_states ------------------------------------------------------------------

@@ -457,6 +457,7 @@ def test_device_cu_seqlens_clamped_to_T(kernel):
     kw.update(initial_state=h0, output_final_state=True, inplace_final_state=False)
     good = openkda.fused_recurrent_kda_fwd(*args, **kw)
     bad_cu = kw["cu_seqlens"].clone()
+    bad_cu[0] = -5  # clamped to 0
     bad_cu[-1] = 1000  # T = 12
     kw["cu_seqlens"] = bad_cu
     bad = openkda.fused_recurrent_kda_fwd(*args, **kw)
@@ -468,8 +469,10 @@ def test_device_cu_seqlens_clamped_to_T(kernel):
 @pytest.mark.parametrize("kernel", ["register", "stream"])
 def test_spec_verify_tokens_past_index_columns_store_nothing(kernel):
     """A sequence longer than ssm_state_indices is wide (possible only with device cu_seqlens):
-    its tokens past the last column store no state; every other slot keeps its bits."""
-    lens = [6, 2]
+    its tokens past the last column store no state; every other slot keeps its bits. The empty
+    sequence's row holds the slots a read past sequence 0's row would reach (they must stay
+    untouched), and o matches the reference."""
+    lens = [6, 0, 2]
     N, M = len(lens), 4
     HV = stream_heads(N) if kernel == "stream" else 4
     p = Problem(lens=lens, H=1, HV=HV, K=128, V=128, gate="softplus")
@@ -478,10 +481,13 @@ def test_spec_verify_tokens_past_index_columns_store_nothing(kernel):
     idx = torch.randperm(num_slots)[: N * M].view(N, M).cuda()
     pool = make_pool(num_slots, HV, 128, 128, torch.float32, False)
     for n in range(N):
-        pool[int(idx[n, 0])] = torch.randn(pool.shape[1:], device="cuda")
+        if lens[n] > 0:
+            pool[int(idx[n, 0])] = torch.randn(pool.shape[1:], device="cuda")
     before = pool.clone()
     o, _ = openkda.fused_recurrent_kda_fwd(*args, initial_state=pool, ssm_state_indices=idx, **kw)
-    _, ref_states, _ = run_reference(p, args, kw, [before[int(idx[n, 0])] for n in range(N)])
+    ref_o, ref_states, _ = run_reference(
+        p, args, kw, [before[int(idx[n, 0])] if lens[n] else None for n in range(N)])
+    check("o", ref_o, o.reshape(ref_o.shape), TOL[o.dtype])
     written = torch.zeros(num_slots, dtype=torch.bool)
     bos, got, want = 0, [], []
     for n, L in enumerate(lens):

@@ -19,7 +19,7 @@
 //                       grid that calls it.
 // Grid mapping: openkda_fwd_chunk_index_kernel is one CTA of kIndexThreads threads; thread i owns
 // the contiguous sequences [i * per, (i + 1) * per).
-// Shared memory: kIndexThreads / 32 + 1 int32 for the block scan.
+// Shared memory: kIndexThreads / 32 int64 for the block scan.
 #pragma once
 
 #include <cstdint>
@@ -116,43 +116,43 @@ __device__ __forceinline__ void zero_padding_rows(const ChunkFwdParams& p) {
 
 // chunk_offsets[0 .. N] (varlen). One CTA of kIndexThreads threads.
 __device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
-  __shared__ int32_t sWarpSum[kIndexThreads / 32 + 1];
+  // NOTE: 64-bit sums, capped only at the store: decreasing device cu_seqlens (overlapping
+  // sequences) can sum to more than 2^31 chunks, which 32-bit sums would wrap to negative offsets.
+  __shared__ int64_t sWarpSum[kIndexThreads / 32];
   const int tid = threadIdx.x;
   const int lane = tid % 32, warp = tid / 32;
   const int64_t per = (p.N + kIndexThreads - 1) / kIndexThreads;
   const int64_t first = tid * per;
   const int64_t last = min(first + per, p.N);
 
-  int32_t local = 0;
-  for (int64_t n = first; n < last; ++n) {
-    local += static_cast<int32_t>((sequence_span(p, n).len + p.BT - 1) / p.BT);
-  }
+  int64_t local = 0;
+  for (int64_t n = first; n < last; ++n) local += (sequence_span(p, n).len + p.BT - 1) / p.BT;
   // Exclusive scan of the per-thread totals: inclusive within the warp, then over warp totals.
-  int32_t incl = local;
+  int64_t incl = local;
 #pragma unroll
   for (int m = 1; m < 32; m <<= 1) {
-    const int32_t y = __shfl_up_sync(0xffffffffu, incl, m);
+    const int64_t y = __shfl_up_sync(0xffffffffu, incl, m);
     if (lane >= m) incl += y;
   }
   if (lane == 31) sWarpSum[warp] = incl;
   __syncthreads();
   if (tid == 0) {
-    int32_t run = 0;
+    int64_t run = 0;
     for (int w = 0; w < kIndexThreads / 32; ++w) {
-      const int32_t s = sWarpSum[w];
+      const int64_t s = sWarpSum[w];
       sWarpSum[w] = run;
       run += s;
     }
   }
   __syncthreads();
-  // Capped at the workspace's slots: more chunks than slots only come from decreasing device
-  // cu_seqlens (overlapping sequences); the cap keeps every chunk index inside the workspace.
-  const int32_t cap = static_cast<int32_t>(p.slots);
-  int32_t off = sWarpSum[warp] + incl - local;
+  // Capped at the workspace's slots (< 2^31, chunk_fwd_can_implement): more chunks than slots
+  // only come from decreasing device cu_seqlens; the cap keeps every chunk index inside the
+  // workspace.
+  int64_t off = sWarpSum[warp] + incl - local;
   if (tid == 0) p.chunk_offsets[0] = 0;
   for (int64_t n = first; n < last; ++n) {
-    off += static_cast<int32_t>((sequence_span(p, n).len + p.BT - 1) / p.BT);
-    p.chunk_offsets[n + 1] = min(off, cap);
+    off += (sequence_span(p, n).len + p.BT - 1) / p.BT;
+    p.chunk_offsets[n + 1] = static_cast<int32_t>(min(off, p.slots));
   }
 }
 

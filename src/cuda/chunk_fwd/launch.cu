@@ -99,9 +99,9 @@ Status not_supported(const std::string& what) {
 Status check_aligned(const TensorRef& t, const char* name) {
   const size_t need = t.dtype == DType::kF64 ? 32 : 16;
   if (aligned(t, need)) return Status::Ok();
-  return not_supported(std::string(name) + ": data address not " + std::to_string(need) +
-                       "-byte aligned; expected a " + std::to_string(need) +
-                       "-byte aligned tensor on CUDA");
+  return not_supported(std::string(name) + ".data address % " + std::to_string(need) + " = " +
+                       std::to_string(reinterpret_cast<uintptr_t>(t.data) % need) +
+                       "; expected a " + std::to_string(need) + "-byte aligned tensor on CUDA");
 }
 
 int device_sms() {
@@ -244,6 +244,7 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(check_aligned(a.k, "k"));
   OPENKDA_RETURN_IF_ERROR(check_aligned(a.v, "v"));
   OPENKDA_RETURN_IF_ERROR(check_aligned(a.g, "g"));
+  OPENKDA_RETURN_IF_ERROR(check_aligned(a.o, "o"));  // the scan's packed o stores are 8 bytes
   if (d.HV > 65535) {
     return not_supported("v.shape[2] (HV) = " + std::to_string(d.HV) +
                          "; expected HV <= 65535 on CUDA");

@@ -16,7 +16,7 @@
 namespace openkda::cuda {
 
 // What the CUDA kernels add to the core's validation (which the args must already pass): K and V
-// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g (32 for f64), HV <= 65535 and a grid
+// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g/o (32 for f64), HV <= 65535 and a grid
 // that fits. kNotSupported with a message naming the value and the supported choices otherwise.
 Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 

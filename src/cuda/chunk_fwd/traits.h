@@ -95,7 +95,9 @@ struct ScanTraits {
   //     (wgmma.cuh), rows in the pair order of scan_row (state.cuh); 1024-byte aligned.
   //   sKgT [kK][kBT] tf32: the state update's wgmma B operand (kg^T: N = d, K-major along the
   //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.
-  //   sGamma [kK], sU [kBT][vs + 4] (read at (row j, column g): any stride).
+  //   sGamma [kK], sU [kBT][vs + 4]: read at (row j = 8 nn + t + 4 (e % 2), column g), bank
+  //     4 t + g (mod 32) with this +4 pad: 2-way conflicts between (t, g) and (t + 1, g - 4); a
+  //     +8 pad would avoid them (1 KB more; not measured).
   static constexpr int kOffW = 0;
   static constexpr int kOffQg = kOffW + kBT * kK * 4;
   static constexpr int kOffA = kOffQg + kBT * kK * 4;

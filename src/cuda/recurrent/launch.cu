@@ -182,9 +182,11 @@ Status recurrent_fwd_supported(const RecurrentFwdArgs& a) {
                                   dtype_label(s->dtype) +
                                   "; expected f32, bf16, f16 or f64 on CUDA");
     if (!aligned_16(*s))
-      return Status::NotSupported(std::string(kOp) + ": " + name +
-                                  ".data is not 16-byte aligned; expected a 16-byte aligned state "
-                                  "buffer on CUDA (the kernel moves the state in 16-byte runs)");
+      return Status::NotSupported(
+          std::string(kOp) + ": " + name +
+          ".data address % 16 = " + std::to_string(reinterpret_cast<uintptr_t>(s->data) % 16) +
+          "; expected a 16-byte aligned state buffer on CUDA (the kernel moves the state in "
+          "16-byte runs)");
   }
   const int64_t ctas = num_sequences(a) * a.v.shape[2] * (V / kCtaColumns);
   if (ctas > std::numeric_limits<int32_t>::max())
