@@ -30,8 +30,11 @@ __all__ = ["chunk_fwd", "chunk_bwd", "recurrent_fwd", "gate_fwd", "gate_bwd"]
 
 
 def _c(t: Optional[Tensor]) -> Optional[Tensor]:
-    """Detached contiguous view (DLPack cannot export tensors that require grad)."""
-    return None if t is None else t.detach().contiguous()
+    """Detached contiguous view (DLPack cannot export tensors that require grad); the tensor
+    itself when it already is one (detach costs ~1 us per tensor of host time)."""
+    if t is None or (not t.requires_grad and t.is_contiguous()):
+        return t
+    return t.detach().contiguous()
 
 
 def _empty(like: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
