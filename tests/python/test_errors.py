@@ -270,6 +270,40 @@ def test_binding_run_errors():
                          lambda n: torch.empty(1, dtype=torch.uint8).expand(n), 0)
 
 
+def test_ops_pass_dlpack_capsules(monkeypatch):
+    """run_core hands the binding DLPack capsules (torch.utils.dlpack.to_dlpack), never tensors:
+    the binding would call the Python Tensor.__dlpack__ of each, the largest share of the host
+    time per call. Every op still runs with __dlpack__ disabled, with the same results."""
+    from openkda import _C
+
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 33, 2, 16, generator=gen) for _ in range(3))
+    g = -torch.rand(1, 33, 2, 16, generator=gen)
+    beta = torch.rand(1, 33, 2, generator=gen)
+    h0 = torch.randn(1, 2, 16, 16, generator=gen)
+    want_o, want_ht = openkda.chunk_kda(q, k, v, g, beta, initial_state=h0,
+                                        output_final_state=True)
+    want_r = openkda.fused_recurrent_kda(q, k, v, g, beta, initial_state=h0,
+                                         output_final_state=True)
+    seen = []
+    real_run = _C.chunk_fwd_run
+
+    def spy(tensors, options, allocate, stream):
+        seen.extend(type(t).__name__ for t in tensors.values() if t is not None)
+        return real_run(tensors, options, allocate, stream)
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("Tensor.__dlpack__ called")
+
+    monkeypatch.setattr(_C, "chunk_fwd_run", spy)
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", refuse)
+    o, ht = openkda.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    r = openkda.fused_recurrent_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    assert seen and set(seen) == {"PyCapsule"}
+    assert torch.equal(o, want_o) and torch.equal(ht, want_ht)
+    assert all(torch.equal(a, b) for a, b in zip(r, want_r))
+
+
 @pytest.mark.parametrize("fn", ["chunk", "recurrent"])
 def test_bad_scale_names_the_argument(fn):
     q = torch.randn(1, 4, 1, 8)
