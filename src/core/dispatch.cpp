@@ -33,6 +33,24 @@ bool on_cuda(const TensorRef& t) {
                               "configure with OPENKDA_ENABLE_CUDA=ON)");
 }
 
+#ifdef OPENKDA_WITH_CUDA
+// The launchers enqueue on the current device (the caller's cudaSetDevice, as every CUDA library
+// does); tensors on another device would be addressed through the wrong context. Checked last,
+// after the arguments themselves are known to be valid.
+Status check_current_device(const char* op, const char* name, const TensorRef& t) {
+  const int current = cuda::current_device();
+  if (current == t.device.index) return Status::Ok();
+  const std::string seen = std::string(name) + ".device cuda:" + std::to_string(t.device.index);
+  if (current < 0)
+    return Status::NotSupported(std::string(op) + ": " + seen +
+                                "; expected a current CUDA device (cudaGetDevice failed: no "
+                                "device or driver)");
+  return Status::InvalidArgument(std::string(op) + ": " + seen +
+                                 "; expected the current CUDA device cuda:" +
+                                 std::to_string(current) + " (cudaSetDevice before the call)");
+}
+#endif
+
 Status check_workspace(const char* op, Workspace ws, size_t needed) {
   if (ws.bytes < needed)
     return Status::InvalidArgument(std::string(op) + ": workspace: " + std::to_string(ws.bytes) +
@@ -119,7 +137,8 @@ Status can_implement(const ChunkFwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(validate(a));
   if (on_cuda(a.q)) {
 #ifdef OPENKDA_WITH_CUDA
-    return cuda::chunk_fwd_can_implement(a);
+    OPENKDA_RETURN_IF_ERROR(cuda::chunk_fwd_can_implement(a));
+    return check_current_device("chunk_kda", "q", a.q);
 #else
     return no_cuda_backend("chunk_kda", "q");
 #endif
@@ -181,7 +200,8 @@ Status can_implement(const RecurrentFwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(validate(a));
   if (on_cuda(a.q)) {
 #ifdef OPENKDA_WITH_CUDA
-    return cuda::recurrent_fwd_supported(a);
+    OPENKDA_RETURN_IF_ERROR(cuda::recurrent_fwd_supported(a));
+    return check_current_device("fused_recurrent_kda", "q", a.q);
 #else
     return no_cuda_backend("fused_recurrent_kda", "q");
 #endif
@@ -205,7 +225,11 @@ Status run(const RecurrentFwdArgs& a, Workspace, Stream stream) {
 
 // ---- fused_kda_gate ----------------------------------------------------------------------------
 Status can_implement(const GateFwdArgs& a) {
-  return validate(a);
+  OPENKDA_RETURN_IF_ERROR(validate(a));
+#ifdef OPENKDA_WITH_CUDA
+  if (on_cuda(a.g)) return check_current_device("fused_kda_gate", "g", a.g);
+#endif
+  return Status::Ok();
 }
 
 size_t workspace_bytes(const GateFwdArgs&) {
@@ -226,7 +250,11 @@ Status run(const GateFwdArgs& a, Workspace, Stream stream) {
 }
 
 Status can_implement(const GateBwdArgs& a) {
-  return validate(a);
+  OPENKDA_RETURN_IF_ERROR(validate(a));
+#ifdef OPENKDA_WITH_CUDA
+  if (on_cuda(a.g)) return check_current_device("fused_kda_gate_bwd", "g", a.g);
+#endif
+  return Status::Ok();
 }
 
 size_t workspace_bytes(const GateBwdArgs& a) {

@@ -17,6 +17,10 @@
 
 namespace openkda::cuda {
 
+// Index of the calling thread's current CUDA device (cudaGetDevice), or -1 when there is none
+// (no device, no driver).
+int current_device();
+
 // fused_kda_gate forward: y = gate(g, A_log, dt_bias, lower_bound) in y's dtype.
 Status gate_fwd(const GateFwdArgs& args, Stream stream);
 

@@ -134,6 +134,29 @@ TEST_F(ChunkValidate, CudaTensorsOutsideTheKernelsAreNotSupported) {
     EXPECT_TRUE(HasSubstr(s.message(), "cuda")) << s.message();
 }
 
+// The CUDA launchers enqueue on the current device, so valid arguments that live on another
+// device are refused before any launch, with the device named. (Device 7 is not current on a
+// machine with fewer than 8 GPUs or none; without a CUDA build the op is unsupported on CUDA.)
+TEST(CurrentDevice, ChunkTensorsOnAnotherDeviceAreRefused) {
+  Config c;
+  c.B = 1;
+  c.T = 64;
+  c.H = c.HV = 1;
+  c.K = c.V = 64;
+  Inputs in = make_inputs(c);
+  FwdOut out;
+  out.o = HostTensor(DType::kF64, {c.B, c.T, c.HV, c.V});
+  openkda::ChunkFwdArgs a = make_fwd_args(c, in, out, Precision::kF64, Algorithm::kChunked, 0);
+  ASSERT_TRUE(IsOk(openkda::can_implement(a)));
+  for (openkda::TensorRef* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.o})
+    t->device = openkda::Device{openkda::DeviceType::kCUDA, 7};
+  const openkda::Status s = openkda::can_implement(a);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(openkda::workspace_bytes(a), 0u);
+  if (openkda::build_config().cuda)
+    EXPECT_TRUE(HasSubstr(s.message(), "chunk_kda: q.device cuda:7; expected")) << s.message();
+}
+
 TEST_F(ChunkValidate, HVNotAMultipleOfH) {
   args.v.shape[2] = 3;
   EXPECT_TRUE(Invalid(check(), {"(HV) = 3", "multiple of H = 2"}));
