@@ -319,6 +319,69 @@ def test_intermediate_states_varlen_h(case):
     _check_case(case, want_h=True)
 
 
+# ---- time split (src/cuda/chunk_fwd/segments.cuh) ---------------------------------------------------
+# Dense batches whose N * HV chains fill at most half of the SMs at vs = 64, with >= 32 chunks per
+# sequence, run the scan in segments (transition, combine, output passes). Every case here takes
+# that path (asserted through the combine kernel's launch), with each state option.
+
+SPLIT_CASES = [
+    _case(B=1, T=2100, H=1, HV=2, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+          beta="sigmoid"),
+    _case(B=2, T=2048, H=1, HV=1, K=64, V=128, v_first=True, h0_dtype="bf16", gate="softplus"),
+    _case(B=1, T=1100, H=2, HV=2, K=128, V=64, chunk_size=32, beta="neg"),
+    _case(B=1, T=3000, H=1, HV=1, K=64, V=64, h0=False, final=False),
+    _case(B=1, T=4200, H=1, HV=3, K=128, V=128, dtype="f16", gate="lb", l2norm=True),
+]
+
+
+def _kernel_names(fn) -> set:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages()}
+
+
+def _uses_time_split(case: Case, inputs: dict) -> bool:
+    args, kw = chunk_call(inputs, case)
+    names = _kernel_names(lambda: openkda.chunk_kda(*args, **kw))
+    return any("openkda_fwd_segment_combine_kernel" in n for n in names)
+
+
+@pytest.mark.parametrize("case", params(SPLIT_CASES))
+def test_time_split(case):
+    inputs = _cuda_inputs(case)
+    assert _uses_time_split(case, inputs)
+    _check_case(case, want_h=True, inputs=inputs)
+
+
+def test_time_split_only_for_few_chains():
+    """N * HV = 128 chains fill the SMs: one segment per sequence (the plain scan)."""
+    case = _case(B=2, T=2048, H=64, HV=64, K=128, V=128, gate="lb", safe_gate=True, l2norm=True)
+    assert not _uses_time_split(case, _cuda_inputs(case))
+
+
+def test_time_split_causal_and_deterministic():
+    """Segment boundaries depend on T only: perturbing tokens after t (before, at and after a
+    boundary) never changes o[:t + 1] by one bit, and a repeated call is bitwise equal."""
+    case = _case(B=1, T=2048, H=1, HV=1, K=128, V=128, gate="softplus", l2norm=True,
+                 beta="sigmoid")
+    inputs = _cuda_inputs(case)
+    assert _uses_time_split(case, inputs)
+    o_ref, ht_ref, _ = _run(inputs, case)
+    o2, ht2, _ = _run(inputs, case)
+    assert torch.equal(o2, o_ref) and torch.equal(ht2, ht_ref)
+    for t in (100, 1023, 1024, 1500, 2040):
+        pert = dict(inputs)
+        for name in QKVGB:
+            x = inputs[name].clone()
+            x[:, t + 1:] = torch.randn_like(x[:, t + 1:].float()).to(x.dtype)
+            pert[name] = x
+        o, _, _ = _run(pert, case)
+        same = o[:, :t + 1] == o_ref[:, :t + 1]
+        assert same.all(), f"perturbing tokens > {t} changed o at {(~same).nonzero()[0].tolist()}"
+
+
 # ---- adversarial regimes -------------------------------------------------------------------------
 
 def _raw_gate_case(case: Case, raw: float | None = None, factor: float | None = None,

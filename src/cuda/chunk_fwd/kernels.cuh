@@ -7,10 +7,17 @@
 //                                   G cumsum, A_qk, A_kk, Tinv, w, u, qg, kg^T, gamma ->
 //                                   workspace; varlen: o = 0 on the padding rows
 //                                                                               grid (slots, HV)
-//   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, V slice): h snapshots,
-//                                   v_new, o, state update, final state   grid (N * HV * vsplit)
+//   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, segment, V slice): h
+//                                   snapshots, v_new, o, state update, final state
+//                                                                grid (N * HV * nseg * vsplit)
+//   time split only (nseg > 1, segments.cuh), before the scan above:
+//     openkda_fwd_scan_kernel<.., kTransition>  per segment: (Z_s | M_s) -> workspace
+//                                                                grid (N * HV * nseg * (V + K) /
+//                                                                64)
+//     openkda_fwd_segment_combine_kernel        per chain: the state entering every segment
+//                                                                grid (N * HV, V / 32)
 //
-// All three run on the caller's stream in this order; nothing synchronises the host. No atomics:
+// All of them run on the caller's stream in this order; nothing synchronises the host. No atomics:
 // every reduction has a fixed order, so results are bitwise reproducible.
 //
 // Precision map (README.md in this folder has the whole of it): inputs are read in their dtype
@@ -31,6 +38,7 @@
 #include "cuda/chunk_fwd/gate_cumsum.cuh"
 #include "cuda/chunk_fwd/intra.cuh"
 #include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/segments.cuh"
 #include "cuda/chunk_fwd/state.cuh"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/chunk_fwd/wy.cuh"
@@ -105,23 +113,31 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
   wy_products<Tr>(sA, sQ, sK, p.w + row0 * kK, p.u + row0 * kV, cc.nv);
 }
 
-// ---- scan: one CTA per (sequence, value head, V slice) ----------------------------------------
+// ---- scan: one CTA per (sequence, value head, segment, V slice) --------------------------------
 // kWarps = vs / 16 (4 or 8: one or two warpgroups), a compile-time value so that the tile loaders
-// unroll (launch_scan picks it from p.vs).
-template <int kK, int kBT, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const ChunkFwdParams p) {
-  using Tr = ScanTraits<kK, kBT>;
+// unroll (launch_scan picks it from p.vs). kTransition: the time split's first pass
+// (segments.cuh): 4 warps per 64 columns of the augmented state [S | M], two CTAs per SM.
+// blockIdx.x = ((n * HV + hv) * nseg + segment) * slices + slice.
+template <int kK, int kBT, int kWarps, bool kTransition>
+__global__ void __launch_bounds__(32 * kWarps, kTransition ? 2 : 1)
+    openkda_fwd_scan_kernel(const ChunkFwdParams p) {
+  using Tr = ScanTraits<kK, kBT, kTransition>;
+  static_assert(!kTransition || kWarps == 4, "transition pass: 64 columns per CTA");
   extern __shared__ float4 smem_f4[];
   // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack).
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_f4) + (Tr::kAlign - 1)) & ~uintptr_t{Tr::kAlign - 1});
 
+  const int slices = kTransition ? (p.V + kK) / 64 : p.vsplit;
   const int64_t cta = blockIdx.x;
-  const int slice = static_cast<int>(cta % p.vsplit);
-  const int64_t seq_head = cta / p.vsplit;
+  const int slice = static_cast<int>(cta % slices);
+  const int64_t seq_seg = cta / slices;
+  const int seg = static_cast<int>(seq_seg % p.nseg);
+  const int64_t seq_head = seq_seg / p.nseg;
   const int hv = static_cast<int>(seq_head % p.HV);
   const int64_t n = seq_head / p.HV;
-  const int v0 = slice * p.vs;
+  const int v0 = slice * 16 * kWarps;
+  const bool m_part = kTransition && v0 >= p.V;  // columns of M: identity start, u = 0
   const int vcol = v0 + Tr::kWarpRows * static_cast<int>(threadIdx.x / 32) +
                    static_cast<int>(threadIdx.x % 32) / 4;  // v of this thread's fragment row g
 
@@ -129,13 +145,27 @@ __global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const 
   const int64_t nchunks = sequence_chunks(p, n, span);
   const int64_t first_chunk = chunk_base(p, n);
   const int64_t head_state = int64_t{kK} * p.V;
+  const int64_t c_begin = p.nseg > 1 ? seg * p.seg_chunks : 0;
+  const int64_t c_end = p.nseg > 1 ? min(nchunks, c_begin + p.seg_chunks) : nchunks;
+  const int64_t seg_index = seq_head * p.nseg + seg;  // (n * HV + hv) * nseg + seg
 
   float s[kK / 8][4];  // S^T fragment, f32
-  load_state<kK>(p.h0, p.h0_dtype, (n * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
+  if constexpr (kTransition) {
+    const int t = static_cast<int>(threadIdx.x % 4);
+#pragma unroll
+    for (int nt = 0; nt < kK / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] = m_part && 8 * nt + t + 4 * (e % 2) == vcol + 8 * (e / 2) - p.V ? 1.0f : 0.0f;
+  } else if (seg == 0) {
+    load_state<kK>(p.h0, p.h0_dtype, seq_head * head_state, p.V, p.v_first, vcol, s);
+  } else {
+    load_state<kK>(p.seg_init, DType::kF32, seg_index * head_state, p.V, false, vcol, s);
+  }
 
   // Two-stage cp.async pipeline over the chunks, two groups per chunk c, committed in this order:
   //   WQ(c)   sW, sQg                 issued once every warp has finished chunk c - 1's first
-  //                                   products (prologue for c = 0)
+  //                                   products (prologue for c = c_begin)
   //   REST(c) sKgT, sA, sU, sGamma    issued once every warp has finished chunk c - 1
   // At the top of chunk c the newest group is REST(c): wait_group<1> completes WQ(c). In the
   // mid-chunk hook WQ(c + 1) is committed first, so wait_group<1> completes REST(c). Groups of
@@ -145,24 +175,27 @@ __global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const 
   const auto chunk_rows = [&](int64_t c) {
     return static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
   };
-  if (nchunks > 0) scan_load_wq<Tr, 32 * kWarps>(p, hv, span.bos, chunk_rows(0), smem);
+  const bool has_chunks = c_begin < c_end;
+  if (has_chunks)
+    scan_load_wq<Tr, 32 * kWarps>(p, hv, span.bos + c_begin * kBT, chunk_rows(c_begin), smem);
   cp_async_commit();
-  if (nchunks > 0)
-    scan_load_rest<Tr, 32 * kWarps>(p, hv, span.bos, chunk_rows(0), first_chunk, v0, smem);
+  if (has_chunks)
+    scan_load_rest<Tr, 32 * kWarps>(p, hv, span.bos + c_begin * kBT, chunk_rows(c_begin),
+                                    first_chunk + c_begin, v0, !m_part, smem);
   cp_async_commit();
 
-  for (int64_t c = 0; c < nchunks; ++c) {
+  for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t t0 = span.bos + c * kBT;
     const int nv = chunk_rows(c);
     const int64_t slot = first_chunk + c;
-    const bool has_next = c + 1 < nchunks;
-    if (p.h != nullptr && slot < p.h_chunks) {
+    const bool has_next = c + 1 < c_end;
+    if (!kTransition && p.h != nullptr && slot < p.h_chunks) {
       store_state<kK>(p.h, p.h_dtype, (slot * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
     cp_async_wait_group<1>();    // WQ(c)
     fence_proxy_async_shared();  // sW / sQg are read by wgmma (the async proxy)
     __syncthreads();
-    scan_step<Tr>(p, hv, t0, nv, v0, smem, s, [&]() {
+    scan_step<Tr>(p, hv, t0, nv, v0, m_part, smem, s, [&]() {
       __syncthreads();  // every warp is done with sW / sQg of chunk c
       if (has_next) scan_load_wq<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), smem);
       cp_async_commit();
@@ -172,18 +205,31 @@ __global__ void __launch_bounds__(32 * kWarps, 1) openkda_fwd_scan_kernel(const 
     });
     __syncthreads();  // every warp is done with sKgT / sA / sU / sGamma of chunk c
     if (has_next)
-      scan_load_rest<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), slot + 1, v0, smem);
+      scan_load_rest<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), slot + 1, v0, !m_part,
+                                      smem);
     cp_async_commit();
   }
   cp_async_wait_all();  // only empty groups can be left; nothing in flight at exit
-  if (p.ht != nullptr) {
-    store_state<kK>(p.ht, DType::kF32, (n * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
+  if constexpr (kTransition) {
+    store_state<kK>(p.seg_state, DType::kF32, seg_index * kK * int64_t{p.V + kK}, p.V + kK, false,
+                    vcol, s);
+  } else if (p.ht != nullptr && c_end >= nchunks) {  // the last segment holds the final state
+    store_state<kK>(p.ht, DType::kF32, seq_head * head_state, p.V, p.v_first, vcol, s);
   }
 }
 
+// ---- time split, combine pass: one CTA per (chain, kCombineCols value columns) -----------------
+template <int kK>
+__global__ void __launch_bounds__(kCombineThreads)
+    openkda_fwd_segment_combine_kernel(const ChunkFwdParams p) {
+  combine_segments<kK>(p);
+}
+
 // ---- launchers (explicitly instantiated by cmake/OpenkdaCuda.cmake) ---------------------------
-template <int kK, int kBT, int kWarps>
+template <int kK, int kBT, int kWarps, bool kTransition>
 struct ScanKernelTag {};  // one cached shared-memory set-up per scan kernel
+template <int kK>
+struct CombineKernelTag {};
 
 template <int kThreads>
 cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream) {
@@ -202,23 +248,42 @@ cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int kK, int kBT, int kWarps>
-cudaError_t launch_scan_warps(const ChunkFwdParams& p, cudaStream_t stream) {
-  using Tr = ScanTraits<kK, kBT>;
-  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps>;
+// slices: V slices per segment (p.vsplit), or (V + K) / 64 for the transition pass.
+template <int kK, int kBT, int kWarps, bool kTransition>
+cudaError_t launch_scan_pass(const ChunkFwdParams& p, int64_t slices, cudaStream_t stream) {
+  using Tr = ScanTraits<kK, kBT, kTransition>;
+  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition>;
   constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps));
-  const cudaError_t err = set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps>>(kernel, kSmem);
+  const cudaError_t err =
+      set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps, kTransition>>(kernel, kSmem);
   if (err != cudaSuccess) return err;
-  const int64_t ctas = p.N * p.HV * p.vsplit;
+  const int64_t ctas = p.N * p.HV * p.nseg * slices;
   kernel<<<static_cast<unsigned>(ctas), 32 * kWarps, kSmem, stream>>>(p);
   return cudaGetLastError();
 }
 
-// vs in {64, 128} (launch.cu's choose_vsplit): 4 or 8 warps.
+template <int kK>
+cudaError_t launch_combine(const ChunkFwdParams& p, cudaStream_t stream) {
+  const auto kernel = openkda_fwd_segment_combine_kernel<kK>;
+  constexpr int kSmem = static_cast<int>(combine_smem_bytes<kK>());
+  const cudaError_t err = set_max_dynamic_smem_once<CombineKernelTag<kK>>(kernel, kSmem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(p.N * p.HV), static_cast<unsigned>(p.V / kCombineCols));
+  kernel<<<grid, kCombineThreads, kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// vs in {64, 128} (launch.cu's plan_scan): 4 or 8 warps. With a time split (nseg > 1, vs = 64) the
+// transition and combine passes run first (segments.cuh).
 template <int kK, int kBT>
 cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
-  return p.vs == 64 ? launch_scan_warps<kK, kBT, 4>(p, stream)
-                    : launch_scan_warps<kK, kBT, 8>(p, stream);
+  if (p.nseg > 1) {
+    cudaError_t err = launch_scan_pass<kK, kBT, 4, true>(p, (p.V + kK) / 64, stream);
+    if (err == cudaSuccess) err = launch_combine<kK>(p, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return p.vs == 64 ? launch_scan_pass<kK, kBT, 4, false>(p, p.vsplit, stream)
+                    : launch_scan_pass<kK, kBT, 8, false>(p, p.vsplit, stream);
 }
 
 }  // namespace openkda::cuda::chunk_forward

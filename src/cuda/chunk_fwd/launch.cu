@@ -4,6 +4,7 @@
 // No framework headers, no allocation, no host synchronisation.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -59,14 +60,64 @@ Dims dims_of(const ChunkFwdArgs& a) {
   return d;
 }
 
+int device_sms() {
+  int sms = 0;
+  if (sm_count(&sms) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();  // clear the error a failed query leaves behind
+    return 132;
+  }
+  return sms;
+}
+
+// How the scan covers the state chains: `vsplit` CTAs of vs = V / vsplit value columns per chain
+// and segment, and `nseg` segments of `seg_chunks` chunks per sequence (the time split of
+// segments.cuh; nseg = 1 without it).
+//
+// V split: every warp owns 16 value columns and does the same work per chunk whatever the split,
+// so splitting only pays while it spreads warps over idle multiprocessors: 4 warps (vs = 64, one
+// per SM sub-partition) when two CTAs per state still fit one wave of one CTA per multiprocessor
+// (the scan's shared memory allows one), else 8 warps (vs = 128, no split). Never fewer than 4
+// warps: a CTA's tile loads are shared by its warps. (Measured on the H200 at B = 1, T = 65536,
+// H = 16: one warp per CTA, vs = 16, 128 CTAs, makes the scan 1.56x slower than 4 warps, vs = 64,
+// 32 CTAs.)
+//
+// Time split (dense only: the segment grid needs every sequence's chunk count on the host): when
+// the chains at vs = 64 fill at most half of the multiprocessors, as many segments as keep one
+// wave of output CTAs, each of at least kMinSegmentChunks chunks (the transition and combine
+// passes cost ~1.5 plain chunk steps per segment chunk, so short segments do not pay).
+constexpr int64_t kMinSegmentChunks = 16;
+
+struct ScanPlan {
+  int vsplit = 1;
+  int nseg = 1;
+  int64_t seg_chunks = 0;
+};
+
+ScanPlan plan_scan(const Dims& d, int sms) {
+  ScanPlan plan;
+  const int64_t chains = d.N * d.HV;
+  plan.vsplit = (d.V == 128 && chains * 2 <= sms) ? 2 : 1;
+  const int64_t chunks = (d.T + d.BT - 1) / d.BT;
+  if (d.varlen || chains == 0 || chunks == 0) return plan;
+  const int64_t ctas = chains * (d.V / 64);  // output CTAs per segment at vs = 64
+  const int64_t nseg = std::min<int64_t>(sms / ctas, chunks / kMinSegmentChunks);
+  if (nseg < 2) return plan;
+  plan.vsplit = static_cast<int>(d.V / 64);
+  plan.seg_chunks = (chunks + nseg - 1) / nseg;
+  plan.nseg = static_cast<int>((chunks + plan.seg_chunks - 1) / plan.seg_chunks);
+  return plan;
+}
+
 // The workspace table (params.h): byte offsets of every buffer, each 128-byte aligned.
 struct WorkspaceLayout {
   int64_t slots = 0;  // chunk slots: exact for dense, an upper bound for varlen
+  ScanPlan plan;
   size_t chunk_offsets = 0, w = 0, qg = 0, kgT = 0, u = 0, aqk = 0, gamma = 0;
+  size_t seg_state = 0, seg_init = 0;
   size_t bytes = 0;
 };
 
-WorkspaceLayout workspace_layout(const Dims& d) {
+WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   WorkspaceLayout L;
   // varlen: sum_n ceil(len_n / BT) <= floor((T + N (BT - 1)) / BT).
   L.slots = d.varlen ? (d.T + d.N * (d.BT - 1)) / d.BT : d.B * ((d.T + d.BT - 1) / d.BT);
@@ -84,6 +135,10 @@ WorkspaceLayout workspace_layout(const Dims& d) {
   L.u = take(d.HV * tokens * d.V * int64_t{sizeof(float)});
   L.aqk = take(d.HV * tokens * d.BT * int64_t{sizeof(float)});
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
+  L.plan = plan_scan(d, sms);
+  const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
+  L.seg_state = take(segs * d.K * (d.V + d.K) * int64_t{sizeof(float)});
+  L.seg_init = take(segs * d.K * d.V * int64_t{sizeof(float)});
   L.bytes = at;
   return L;
 }
@@ -104,29 +159,8 @@ Status check_aligned(const TensorRef& t, const char* name) {
                        "; expected a " + std::to_string(need) + "-byte aligned tensor on CUDA");
 }
 
-int device_sms() {
-  int sms = 0;
-  if (sm_count(&sms) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();  // clear the error a failed query leaves behind
-    return 132;
-  }
-  return sms;
-}
-
-// V split of the scan. Every warp owns 16 value columns and does the same work per chunk whatever
-// the split, so splitting only pays while it spreads warps over idle multiprocessors: 4 warps
-// (vs = 64, one per SM sub-partition) when two CTAs per state still fit one wave of one CTA per
-// multiprocessor (the scan's shared memory allows one), else 8 warps (vs = 128, no split). Never
-// fewer than 4 warps: a CTA's tile loads are shared by its warps. (Measured on the H200 at
-// B = 1, T = 65536, H = 16: one warp per CTA, vs = 16, 128 CTAs, makes the scan 1.56x slower
-// than 4 warps, vs = 64, 32 CTAs.)
-int choose_vsplit(const Dims& d, int sms) {
-  const int64_t chains = d.N * d.HV;
-  return (d.V == 128 && chains * 2 <= sms) ? 2 : 1;
-}
-
 ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const WorkspaceLayout& L,
-                           Workspace ws, int sms) {
+                           Workspace ws) {
   ChunkFwdParams p;
   p.q = a.q.data;
   p.k = a.k.data;
@@ -190,8 +224,10 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.exact_diag = !(p.gate_mode == GateMode::kLowerBound &&
                    *a.lower_bound >= kAnchoredDiagMinLowerBound && *a.lower_bound <= 0.0);
 
-  p.vsplit = choose_vsplit(d, sms);
+  p.vsplit = L.plan.vsplit;
   p.vs = static_cast<int32_t>(d.V / p.vsplit);
+  p.nseg = L.plan.nseg;
+  p.seg_chunks = L.plan.seg_chunks;
 
   char* base = static_cast<char*>(ws.data);
   if (d.varlen) p.chunk_offsets = reinterpret_cast<int32_t*>(base + L.chunk_offsets);
@@ -201,6 +237,10 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.u = reinterpret_cast<float*>(base + L.u);
   p.aqk = reinterpret_cast<float*>(base + L.aqk);
   p.gamma = reinterpret_cast<float*>(base + L.gamma);
+  if (p.nseg > 1) {
+    p.seg_state = reinterpret_cast<float*>(base + L.seg_state);
+    p.seg_init = reinterpret_cast<float*>(base + L.seg_init);
+  }
   return p;
 }
 
@@ -249,9 +289,10 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
     return not_supported("v.shape[2] (HV) = " + std::to_string(d.HV) +
                          "; expected HV <= 65535 on CUDA");
   }
-  const WorkspaceLayout L = workspace_layout(d);
+  const WorkspaceLayout L = workspace_layout(d, device_sms());
   constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();
-  // The largest grids: the prep's chunk slots (x), the scan's N HV vsplit (vsplit <= 2).
+  // The largest grids: the prep's chunk slots (x), the scan's N HV vsplit (vsplit <= 2; a time
+  // split only when N HV is below the multiprocessor count).
   const int64_t scan_ctas = d.N * d.HV * 2;
   if (L.slots > kMaxGrid || scan_ctas > kMaxGrid) {
     return not_supported("T = " + std::to_string(d.T) + ", N = " + std::to_string(d.N) +
@@ -264,13 +305,13 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
 
 size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& a) {
   if (!chunk_fwd_can_implement(a).ok()) return 0;
-  return workspace_layout(dims_of(a)).bytes;
+  return workspace_layout(dims_of(a), device_sms()).bytes;
 }
 
 Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
   OPENKDA_RETURN_IF_ERROR(chunk_fwd_can_implement(a));
   const Dims d = dims_of(a);
-  const WorkspaceLayout L = workspace_layout(d);
+  const WorkspaceLayout L = workspace_layout(d, device_sms());
   if (ws.bytes < L.bytes || (L.bytes > 0 && ws.data == nullptr)) {
     return Status::InvalidArgument(std::string(kOp) + ": workspace: " + std::to_string(ws.bytes) +
                                    " bytes" + (ws.data ? "" : " at null") + "; expected at least " +
@@ -285,7 +326,7 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     }
     return Status::Ok();
   }
-  const ChunkFwdParams p = make_params(a, d, L, ws, device_sms());
+  const ChunkFwdParams p = make_params(a, d, L, ws);
 
   if (d.varlen) {
     OPENKDA_RETURN_IF_ERROR(

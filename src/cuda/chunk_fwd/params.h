@@ -25,6 +25,9 @@
 //   u             [HV, tokens, V]  u = Tinv (beta v)
 //   aqk           [HV, tokens, BT] scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
 //   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)
+//   seg_state     [N, HV, nseg, K, V + K]  time split only: segment s's zero-start final state
+//                 Z_s (columns < V) and transition M_s (columns V + m), segments.cuh
+//   seg_init      [N, HV, nseg, K, V]      time split only: the state entering segment s >= 1
 #pragma once
 
 #include <cstdint>
@@ -91,6 +94,10 @@ struct ChunkFwdParams {
   // ---- scan split: each scan CTA owns `vs` = V / vsplit value columns of one state ----
   int32_t vsplit = 1;
   int32_t vs = 0;
+  // ---- time split (segments.cuh; dense batches with few state chains): every sequence's chunks
+  // in nseg segments of seg_chunks (the last may be shorter). nseg = 1: one segment of all chunks.
+  int32_t nseg = 1;
+  int64_t seg_chunks = 0;
 
   // ---- workspace ----
   int32_t* chunk_offsets = nullptr;  // varlen only
@@ -100,6 +107,8 @@ struct ChunkFwdParams {
   float* u = nullptr;
   float* aqk = nullptr;
   float* gamma = nullptr;
+  float* seg_state = nullptr;  // nseg > 1: [N, HV, nseg, K, V + K] (Z_s | M_s) of every segment
+  float* seg_init = nullptr;   // nseg > 1: [N, HV, nseg, K, V] the state entering segment s >= 1
 };
 
 }  // namespace openkda::cuda::chunk_forward

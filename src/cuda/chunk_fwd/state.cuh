@@ -155,23 +155,31 @@ __device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, in
   const int64_t row0 = int64_t{hv} * p.tokens + t0;
   copy_rows<kThreads, kBT, kK / 4, 0, true, true>(smem_address(smem + Tr::kOffW), p.w + row0 * kK,
                                                   kK, nv);
-  copy_rows<kThreads, kBT, kK / 4, 0, true, true>(smem_address(smem + Tr::kOffQg), p.qg + row0 * kK,
-                                                  kK, nv);
+  if constexpr (!Tr::kTransition) {
+    copy_rows<kThreads, kBT, kK / 4, 0, true, true>(smem_address(smem + Tr::kOffQg),
+                                                    p.qg + row0 * kK, kK, nv);
+  }
 }
 
+// with_u = false (the transition pass's M columns, whose u is 0) leaves sU unloaded.
 template <class Tr, int kThreads>
 __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                               int64_t slot, int v0, unsigned char* smem) {
+                                               int64_t slot, int v0, bool with_u,
+                                               unsigned char* smem) {
   constexpr int kK = Tr::kK, kBT = Tr::kBT;
   constexpr int kVs = kThreads / 2;  // 16 value columns per warp
   const int64_t row0 = int64_t{hv} * p.tokens + t0;
   // kg^T: all K rows are valid (the prep zeroed the columns j >= nv), rows d in pair order.
   copy_rows<kThreads, kK, kBT / 4, 0, true, true, 8 * kK>(
       smem_address(smem + Tr::kOffKgT), p.kgT + (int64_t{hv} * p.slots + slot) * kK * kBT, 8, kK);
-  copy_rows<kThreads, kBT, kBT / 4, 0, true, true>(smem_address(smem + Tr::kOffA),
-                                                   p.aqk + row0 * kBT, kBT, nv);
-  copy_rows<kThreads, kBT, kVs / 4, Tr::ld_u(kVs) * 4, false, false>(
-      smem_address(smem + Tr::kOffU), p.u + row0 * p.V + v0, p.V, nv);
+  if constexpr (!Tr::kTransition) {
+    copy_rows<kThreads, kBT, kBT / 4, 0, true, true>(smem_address(smem + Tr::kOffA),
+                                                     p.aqk + row0 * kBT, kBT, nv);
+  }
+  if (with_u) {
+    copy_rows<kThreads, kBT, kVs / 4, Tr::ld_u(kVs) * 4, false, false>(
+        smem_address(smem + Tr::kOffU), p.u + row0 * p.V + v0, p.V, nv);
+  }
   if (threadIdx.x < kK / 4) {
     const float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * kK;
     cp_async_16(smem_address(smem + Tr::kOffGamma) + 16 * threadIdx.x, gGamma + 4 * threadIdx.x,
@@ -244,10 +252,11 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
 // caller: fence.proxy.async after the cp.async wait, then a barrier); `mid()` is called by every
 // thread right after the last read of sW / sQg and must return with sKgT, sA, sU and sGamma of
 // the chunk visible the same way (the kernel's pipeline: it refills sW / sQg with the next chunk
-// there).
+// there). The transition pass (Tr::kTransition, segments.cuh) computes only X^T and the state
+// update, with u = 0 on the M columns (m_part) and no o.
 template <class Tr, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                          int v0, const unsigned char* smem,
+                                          int v0, bool m_part, const unsigned char* smem,
                                           float (&s)[Tr::kK / 8][4], Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
@@ -262,6 +271,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
 
   // X^T = S^T w^T and O^T = S^T qg^T (one A fragment of S^T feeds both).
+  constexpr bool kOut = !Tr::kTransition;
   float x[kNJ][4], o[kNJ][4];
 #pragma unroll
   for (int nn = 0; nn < kNJ; ++nn)
@@ -271,7 +281,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   // in two halves of K (a wait in between) to bound the live registers (32 instead of 64).
   static_assert(kNK % 2 == 0, "two halves of the k tiles");
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
-  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     uint32_t a[kNK / 2][4];
@@ -282,13 +292,13 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
     for (int kk = 0; kk < kNK / 2; ++kk) {
       const int k = half * kNK / 2 + kk;
       wgmma_tf32<Tr::kBT>(&x[0][0], a[kk], wgmma_desc<Tr::kBT>(sW, k));
-      wgmma_tf32<Tr::kBT>(&o[0][0], a[kk], wgmma_desc<Tr::kBT>(sQg, k));
+      if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[kk], wgmma_desc<Tr::kBT>(sQg, k));
     }
     wgmma_commit();
     wgmma_wait<0>();
   }
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
-  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 
   // sW and sQg are dead from here on; sKgT, sA, sU, sGamma are ready after the hook.
   mid();
@@ -301,7 +311,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 8 * nn + t + 4 * (e % 2);
-      vn[e] = j < nv ? sU[j * ld_u + vl + 8 * (e / 2)] - x[nn][e] : 0.0f;
+      vn[e] = j >= nv ? 0.0f : m_part ? -x[nn][e] : sU[j * ld_u + vl + 8 * (e / 2)] - x[nn][e];
     }
     a_from_acc(vn, va[nn]);
   }
@@ -319,19 +329,22 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros) and
   // S^T += v_new^T kg (N = K; B = kg^T, rows d in pair order, so S^T keeps its column order),
   // one commit group.
-  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
   wgmma_fence();
+  if constexpr (kOut) {
 #pragma unroll
-  for (int kk = 0; kk < kNJ; ++kk)
-    wgmma_tf32<Tr::kBT>(&o[0][0], va[kk], wgmma_desc<Tr::kBT>(sA, kk));
+    for (int kk = 0; kk < kNJ; ++kk)
+      wgmma_tf32<Tr::kBT>(&o[0][0], va[kk], wgmma_desc<Tr::kBT>(sA, kk));
+  }
 #pragma unroll
   for (int kk = 0; kk < kNJ; ++kk)
     wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc<Tr::kK>(sKgT, kk));
   wgmma_commit();
   wgmma_wait<0>();
-  wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
+  if constexpr (!kOut) return;
 
   // o rows i < nv (one dtype switch per chunk).
   const int64_t o_warp = (t0 * p.HV + hv) * int64_t{p.V} + v0 + Tr::kWarpRows * warp;

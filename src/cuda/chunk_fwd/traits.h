@@ -2,8 +2,9 @@
 // memory plan of each kernel, with the bank-conflict and alignment constraints as static_asserts.
 //
 //   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 512 threads per (chunk, value head)
-//   ScanTraits<K, BT>     openkda_fwd_scan_kernel: one CTA of vs / 16 warps (vs / 64
-//                         warpgroups) per (sequence, value head, V slice); vs in {64, 128}
+//   ScanTraits<K, BT, T>  openkda_fwd_scan_kernel: one CTA of vs / 16 warps (vs / 64
+//                         warpgroups) per (sequence, value head, V slice); vs in {64, 128};
+//                         T: the transition pass of the time split (no output tiles)
 //
 // Padding rule for f32 tiles read by mma.sync fragments (32 banks of 4 bytes): a tile read as
 // (row = lane / 4, column = lane % 4) has a row stride = 4 (mod 32); one read as float2 at
@@ -82,17 +83,21 @@ struct PrepTraits {
   static_assert(kSmemBytes <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
 };
 
-template <int kK_, int kBT_>
+template <int kK_, int kBT_, bool kTransition_ = false>
 struct ScanTraits {
   static constexpr int kK = kK_;
   static constexpr int kBT = kBT_;
+  // kTransition: the time split's first pass (segments.cuh), which needs no output tiles (sQg,
+  // sA): 83 KB at K = 128, BT = 64, so that two of its CTAs share a multiprocessor.
+  static constexpr bool kTransition = kTransition_;
   // The kernel's warps (4 or 8: vs = 64 or 128 value columns, one or two warpgroups) are its
   // third template parameter (kernels.cuh).
   static constexpr int kWarpRows = 16;  // value columns (rows of S^T) per warp
 
   // ---- shared memory plan (bytes from a 1024-byte aligned base); one chunk's tiles ----
   //   sW, sQg [kBT][kK] tf32, sA [kBT][kBT] tf32: wgmma B operands, 128-byte swizzled K-major
-  //     (wgmma.cuh), rows in the pair order of scan_row (state.cuh); 1024-byte aligned.
+  //     (wgmma.cuh), rows in the pair order of scan_row (state.cuh); 1024-byte aligned. sQg and
+  //     sA are empty in the transition pass.
   //   sKgT [kK][kBT] tf32: the state update's wgmma B operand (kg^T: N = d, K-major along the
   //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.
   //   sGamma [kK], sU [kBT][vs + 4]: read at (row j = 8 nn + t + 4 (e % 2), column g), bank
@@ -100,8 +105,8 @@ struct ScanTraits {
   //     +8 pad would avoid them (1 KB more; not measured).
   static constexpr int kOffW = 0;
   static constexpr int kOffQg = kOffW + kBT * kK * 4;
-  static constexpr int kOffA = kOffQg + kBT * kK * 4;
-  static constexpr int kOffKgT = kOffA + kBT * kBT * 4;
+  static constexpr int kOffA = kOffQg + (kTransition ? 0 : kBT * kK * 4);
+  static constexpr int kOffKgT = kOffA + (kTransition ? 0 : kBT * kBT * 4);
   static constexpr int kOffGamma = kOffKgT + kK * kBT * 4;
   static constexpr int kOffU = kOffGamma + kK * 4;
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
@@ -117,6 +122,8 @@ struct ScanTraits {
                 "swizzled wgmma tiles start 1024-byte aligned");
   static_assert(kOffGamma % 16 == 0 && kOffU % 16 == 0, "16-byte cp.async destinations");
   static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
+  static_assert(!kTransition || 2 * smem_bytes(64) <= 228 * 1024 - 2 * 1024,
+                "two transition CTAs per multiprocessor (1 KB reserved per CTA)");
 };
 
 }  // namespace openkda::cuda::chunk_forward

@@ -1,0 +1,94 @@
+// Time split of the chunk_kda forward's scan, for dense batches whose N * HV state chains would
+// leave most multiprocessors idle (B = 1, T = 65536, H = 16: 16 chains of 1024 chunks each).
+// CPU twin: cpu/chunk_fwd.cpp fwd_segments (the same passes in the CPU backend's precision).
+//
+// Over one segment of chunks the state map is affine, S_end = M_s S_start + Z_s, with
+//   Z_s = the segment's final state from S_start = 0 (the scan with the real u)
+//   M_s = A_last ... A_first,  A_c = diag(gamma_c) - kg_c^T w_c  [K, K]
+// (the scan's update S' = diag(gamma) S + kg^T (u - w S) is A_c S + kg^T u). Three passes:
+//   1. transition (openkda_fwd_scan_kernel with kTransition): every segment at once, on the
+//      augmented state [S | M] of V + K columns: M's columns start at the identity and see u = 0,
+//      so each follows S' = A_c S. No outputs; (Z_s | M_s) -> seg_state.
+//   2. combine (openkda_fwd_segment_combine_kernel, below): per chain, in segment order,
+//      S_{s+1} = M_s S_s + Z_s from S_0 = h0, f32 FMAs (no tensor-core rounding) -> seg_init.
+//   3. output (openkda_fwd_scan_kernel): every segment at once from its entering state (h0 for
+//      s = 0, seg_init after): o, the h snapshots, and the final state from the last segment.
+// Exactly causal (segment s reads only chunks before it) and bitwise deterministic (every sum has
+// a fixed order). The work is ~2.5x the plain scan's (pass 1 carries V + K columns), spread over
+// nseg times more CTAs; launch.cu picks nseg so that pass 3 fills the multiprocessors once.
+//
+// Combine grid: one CTA of kCombineThreads per (chain n * HV + hv, block of kCombineCols value
+// columns). Thread tid owns state row d = tid / (kCombineThreads / K) and kCombineCols /
+// (kCombineThreads / K) consecutive columns. Shared memory: sM [K][K + 1] (M_s; the +1 pad puts
+// the rows that one warp reads in different banks) and sS [K][kCombineCols] (S_s of the block):
+// 82 KB at K = 128.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/state.cuh"
+#include "cuda/common/math.cuh"
+
+namespace openkda::cuda::chunk_forward {
+
+constexpr int kCombineThreads = 256;
+constexpr int kCombineCols = 32;
+
+template <int kK>
+constexpr size_t combine_smem_bytes() {
+  return sizeof(float) * (kK * (kK + 1) + kK * kCombineCols);
+}
+
+template <int kK>
+__device__ __forceinline__ void combine_segments(const ChunkFwdParams& p) {
+  constexpr int kRowThreads = kCombineThreads / kK;  // threads per state row (2 or 4)
+  constexpr int kCols = kCombineCols / kRowThreads;  // columns per thread (16 or 8)
+  static_assert(kCombineThreads % kK == 0 && kCombineCols % kRowThreads == 0, "thread tiling");
+  extern __shared__ float4 smem_f4[];
+  float* sM = reinterpret_cast<float*>(smem_f4);
+  float* sS = sM + kK * (kK + 1);
+
+  const int64_t chain = blockIdx.x;  // n * HV + hv
+  const int hv = static_cast<int>(chain % p.HV);
+  const int64_t n = chain / p.HV;
+  const int vb = kCombineCols * static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int d = tid / kRowThreads, c0 = kCols * (tid % kRowThreads);
+  const int ld_state = p.V + kK;  // seg_state rows: Z_s then M_s
+
+  // S_0 = h0 (zeros when absent), in h0's dtype and layout.
+  for (int i = tid; i < kK * kCombineCols; i += kCombineThreads) {
+    const int m = i / kCombineCols, c = i % kCombineCols;
+    sS[i] = p.h0 == nullptr ? 0.0f
+                            : load_f32(p.h0, p.h0_dtype,
+                                       state_index((n * p.HV + hv) * int64_t{kK} * p.V, kK, p.V,
+                                                   p.v_first, m, vb + c));
+  }
+  for (int s = 0; s + 1 < p.nseg; ++s) {
+    const float* state = p.seg_state + (chain * p.nseg + s) * int64_t{kK} * ld_state;
+    for (int i = tid; i < kK * kK; i += kCombineThreads) {
+      const int r = i / kK, m = i % kK;
+      sM[r * (kK + 1) + m] = state[int64_t{r} * ld_state + p.V + m];
+    }
+    __syncthreads();  // sM, and sS of the step before
+    float acc[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] = state[int64_t{d} * ld_state + vb + c0 + c];
+#pragma unroll 2
+    for (int m = 0; m < kK; ++m) {
+      const float mdm = sM[d * (kK + 1) + m];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[c] = fmaf(mdm, sS[m * kCombineCols + c0 + c], acc[c]);
+    }
+    __syncthreads();  // every read of sS and sM done
+    float* init = p.seg_init + (chain * p.nseg + s + 1) * int64_t{kK} * p.V;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      sS[d * kCombineCols + c0 + c] = acc[c];
+      init[int64_t{d} * p.V + vb + c0 + c] = acc[c];
+    }
+  }
+}
+
+}  // namespace openkda::cuda::chunk_forward
