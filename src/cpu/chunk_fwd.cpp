@@ -174,6 +174,56 @@ void chunk_forward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n,
   }
 }
 
+template <class T>
+void fwd_segment_transition(const ChunkBuffers<T>& b, const ChunkSpan* chunks, int64_t count,
+                            int64_t hv, T* X) {
+  const int64_t K = b.K, V = b.V, W = V + K;
+  std::fill(X, X + K * W, T(0));
+  for (int64_t x = 0; x < K; ++x) X[x * W + V + x] = T(1);
+  std::vector<T> vn;
+  for (int64_t ci = 0; ci < count; ++ci) {
+    const ChunkSpan& c = chunks[ci];
+    // v_new = [u | 0] - w X (rows of the chunk), as fwd_state.
+    vn.assign(static_cast<size_t>(c.n * W), T(0));
+    for (int64_t i = 0; i < c.n; ++i) {
+      const int64_t ti = c.t0 + i;
+      const T* w = b.w + b.hk(ti, hv);
+      const T* u = b.u + b.hvv(ti, hv);
+      T* r = vn.data() + i * W;
+      for (int64_t e = 0; e < V; ++e) r[e] = u[e];
+      for (int64_t x = 0; x < K; ++x) {
+        const T* Xx = X + x * W;
+        for (int64_t e = 0; e < W; ++e) r[e] -= w[x] * Xx[e];
+      }
+    }
+    // X = diag(exp2(G_last)) X + kg^T v_new.
+    const double* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
+    for (int64_t x = 0; x < K; ++x) {
+      T* Xx = X + x * W;
+      const T decay = T(std::exp2(G_last[x]));
+      for (int64_t e = 0; e < W; ++e) Xx[e] *= decay;
+      for (int64_t i = 0; i < c.n; ++i) {
+        const T kgx = b.kg[b.hk(c.t0 + i, hv) + x];
+        const T* r = vn.data() + i * W;
+        for (int64_t e = 0; e < W; ++e) Xx[e] += kgx * r[e];
+      }
+    }
+  }
+}
+
+template <class T>
+void fwd_segment_combine(const T* X, const T* S, T* S_next, int64_t K, int64_t V) {
+  const int64_t W = V + K;
+  for (int64_t x = 0; x < K; ++x) {
+    T* out = S_next + x * V;
+    for (int64_t e = 0; e < V; ++e) out[e] = X[x * W + e];
+    for (int64_t m = 0; m < K; ++m) {
+      const T mxm = X[x * W + V + m];
+      for (int64_t e = 0; e < V; ++e) out[e] += mxm * S[m * V + e];
+    }
+  }
+}
+
 #define OPENKDA_INSTANTIATE(T)                                                                    \
   template void fwd_gate_cumsum<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                  \
   template void fwd_intra<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                     \
@@ -182,7 +232,10 @@ void chunk_forward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n,
   template void fwd_state<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T*);                    \
   template void fwd_output<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                    \
   template void chunk_forward_sequence<T>(ChunkBuffers<T>&, const ProblemDims&, int64_t, int64_t, \
-                                          T, bool);
+                                          T, bool);                                               \
+  template void fwd_segment_transition<T>(const ChunkBuffers<T>&, const ChunkSpan*, int64_t,      \
+                                          int64_t, T*);                                           \
+  template void fwd_segment_combine<T>(const T*, const T*, T*, int64_t, int64_t);
 OPENKDA_INSTANTIATE(float)
 OPENKDA_INSTANTIATE(double)
 #undef OPENKDA_INSTANTIATE

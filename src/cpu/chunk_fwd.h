@@ -5,6 +5,7 @@
 //   3  wy           w = Tinv (beta k E), u = Tinv (beta v), kg, qg             [tok, HV, K|V]
 //   4  state        h[c] = S; v_new = u - w S; S = diag(E_last) S + kg^T v_new (sequential)
 //   5  output       o = scale * qg h[c] + A_qk v_new
+//   time split      segment_transition, segment_combine (cuda/chunk_fwd/segments.cuh)
 // Each function handles one chunk of one (sequence, value head); chunk_forward_sequence runs them
 // in order for a whole sequence, which is the unit of CPU parallelism.
 #pragma once
@@ -31,6 +32,17 @@ template <class T>
 void fwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* S);
 template <class T>
 void fwd_output(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
+
+// Time split (cuda/chunk_fwd/segments.cuh), for one (sequence, value head) whose stages 1-3 ran:
+//   segment_transition  X = [Z | M] [K, V + K] over `count` consecutive chunks, from [0 | I]: each
+//                       chunk X <- diag(exp2(G_last)) X + kg^T ([u | 0] - w X), so that Z is the
+//                       segment's final state from S = 0 and M the product of its transitions
+//   segment_combine     S_next = M S + Z                                      [K, V]
+template <class T>
+void fwd_segment_transition(const ChunkBuffers<T>& b, const ChunkSpan* chunks, int64_t count,
+                            int64_t hv, T* X);
+template <class T>
+void fwd_segment_combine(const T* X, const T* S, T* S_next, int64_t K, int64_t V);
 
 // All stages for sequence n and value head hv; final state into b.ht, o into b.o when `output`.
 template <class T>

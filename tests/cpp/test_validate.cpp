@@ -153,8 +153,9 @@ TEST(CurrentDevice, ChunkTensorsOnAnotherDeviceAreRefused) {
   const openkda::Status s = openkda::can_implement(a);
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(openkda::workspace_bytes(a), 0u);
-  if (openkda::build_config().cuda)
+  if (openkda::build_config().cuda) {
     EXPECT_TRUE(HasSubstr(s.message(), "chunk_kda: q.device cuda:7; expected")) << s.message();
+  }
 }
 
 TEST_F(ChunkValidate, HVNotAMultipleOfH) {

@@ -1,6 +1,7 @@
 // Time split of the chunk_kda forward's scan, for dense batches whose N * HV state chains would
 // leave most multiprocessors idle (B = 1, T = 65536, H = 16: 16 chains of 1024 chunks each).
-// CPU twin: cpu/chunk_fwd.cpp fwd_segments (the same passes in the CPU backend's precision).
+// CPU twins: cpu/chunk_fwd.h fwd_segment_transition and fwd_segment_combine (the same passes;
+// tests/cpp/test_chunk_segments.cpp chains them against the serial scan).
 //
 // Over one segment of chunks the state map is affine, S_end = M_s S_start + Z_s, with
 //   Z_s = the segment's final state from S_start = 0 (the scan with the real u)
