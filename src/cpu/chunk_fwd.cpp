@@ -107,32 +107,45 @@ void fwd_wy(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv) {
   }
 }
 
-template <class T>
-void fwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* S) {
+namespace {
+
+// One chunk of the state recurrence on X [K, W] (W = V: the state; W = V + K: the time split's
+// [Z | M], whose columns past V see u = 0): row i of R = [u_i | 0] - w_i X goes to r_row(i), then
+// X = diag(exp2(G_last)) X + kg^T R.
+template <class T, class RowOf>
+void chunk_state_update(const ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* X, int64_t W,
+                        RowOf r_row) {
   const int64_t K = b.K, V = b.V;
-  std::memcpy(b.h + (c.idx * b.HV + hv) * K * V, S, sizeof(T) * K * V);
   for (int64_t i = 0; i < c.n; ++i) {
     const int64_t ti = c.t0 + i;
     const T* w = b.w + b.hk(ti, hv);
     const T* u = b.u + b.hvv(ti, hv);
-    T* vn = b.v_new + b.hvv(ti, hv);
-    for (int64_t e = 0; e < V; ++e) vn[e] = u[e];
+    T* r = r_row(i);
+    for (int64_t e = 0; e < W; ++e) r[e] = e < V ? u[e] : T(0);
     for (int64_t x = 0; x < K; ++x) {
-      const T* Sx = S + x * V;
-      for (int64_t e = 0; e < V; ++e) vn[e] -= w[x] * Sx[e];
+      const T* Xx = X + x * W;
+      for (int64_t e = 0; e < W; ++e) r[e] -= w[x] * Xx[e];
     }
   }
   const double* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
   for (int64_t x = 0; x < K; ++x) {
-    T* Sx = S + x * V;
+    T* Xx = X + x * W;
     const T decay = T(std::exp2(G_last[x]));
-    for (int64_t e = 0; e < V; ++e) Sx[e] *= decay;
+    for (int64_t e = 0; e < W; ++e) Xx[e] *= decay;
     for (int64_t i = 0; i < c.n; ++i) {
       const T kgx = b.kg[b.hk(c.t0 + i, hv) + x];
-      const T* vn = b.v_new + b.hvv(c.t0 + i, hv);
-      for (int64_t e = 0; e < V; ++e) Sx[e] += kgx * vn[e];
+      const T* r = r_row(i);
+      for (int64_t e = 0; e < W; ++e) Xx[e] += kgx * r[e];
     }
   }
+}
+
+}  // namespace
+
+template <class T>
+void fwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* S) {
+  std::memcpy(b.h + (c.idx * b.HV + hv) * b.K * b.V, S, sizeof(T) * b.K * b.V);
+  chunk_state_update(b, c, hv, S, b.V, [&](int64_t i) { return b.v_new + b.hvv(c.t0 + i, hv); });
 }
 
 template <class T>
@@ -177,37 +190,13 @@ void chunk_forward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n,
 template <class T>
 void fwd_segment_transition(const ChunkBuffers<T>& b, const ChunkSpan* chunks, int64_t count,
                             int64_t hv, T* X) {
-  const int64_t K = b.K, V = b.V, W = V + K;
+  const int64_t K = b.K, W = b.V + b.K;
   std::fill(X, X + K * W, T(0));
-  for (int64_t x = 0; x < K; ++x) X[x * W + V + x] = T(1);
-  std::vector<T> vn;
+  for (int64_t x = 0; x < K; ++x) X[x * W + b.V + x] = T(1);
+  std::vector<T> r;
   for (int64_t ci = 0; ci < count; ++ci) {
-    const ChunkSpan& c = chunks[ci];
-    // v_new = [u | 0] - w X (rows of the chunk), as fwd_state.
-    vn.assign(static_cast<size_t>(c.n * W), T(0));
-    for (int64_t i = 0; i < c.n; ++i) {
-      const int64_t ti = c.t0 + i;
-      const T* w = b.w + b.hk(ti, hv);
-      const T* u = b.u + b.hvv(ti, hv);
-      T* r = vn.data() + i * W;
-      for (int64_t e = 0; e < V; ++e) r[e] = u[e];
-      for (int64_t x = 0; x < K; ++x) {
-        const T* Xx = X + x * W;
-        for (int64_t e = 0; e < W; ++e) r[e] -= w[x] * Xx[e];
-      }
-    }
-    // X = diag(exp2(G_last)) X + kg^T v_new.
-    const double* G_last = b.G + b.hk(c.t0 + c.n - 1, hv);
-    for (int64_t x = 0; x < K; ++x) {
-      T* Xx = X + x * W;
-      const T decay = T(std::exp2(G_last[x]));
-      for (int64_t e = 0; e < W; ++e) Xx[e] *= decay;
-      for (int64_t i = 0; i < c.n; ++i) {
-        const T kgx = b.kg[b.hk(c.t0 + i, hv) + x];
-        const T* r = vn.data() + i * W;
-        for (int64_t e = 0; e < W; ++e) Xx[e] += kgx * r[e];
-      }
-    }
+    r.assign(static_cast<size_t>(chunks[ci].n * W), T(0));
+    chunk_state_update(b, chunks[ci], hv, X, W, [&](int64_t i) { return r.data() + i * W; });
   }
 }
 

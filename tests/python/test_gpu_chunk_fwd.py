@@ -371,15 +371,7 @@ def test_time_split_causal_and_deterministic():
     o_ref, ht_ref, _ = _run(inputs, case)
     o2, ht2, _ = _run(inputs, case)
     assert torch.equal(o2, o_ref) and torch.equal(ht2, ht_ref)
-    for t in (100, 1023, 1024, 1500, 2040):
-        pert = dict(inputs)
-        for name in QKVGB:
-            x = inputs[name].clone()
-            x[:, t + 1:] = torch.randn_like(x[:, t + 1:].float()).to(x.dtype)
-            pert[name] = x
-        o, _, _ = _run(pert, case)
-        same = o[:, :t + 1] == o_ref[:, :t + 1]
-        assert same.all(), f"perturbing tokens > {t} changed o at {(~same).nonzero()[0].tolist()}"
+    _assert_causal(inputs, case, o_ref, (100, 1023, 1024, 1500, 2040))
 
 
 # ---- adversarial regimes -------------------------------------------------------------------------
@@ -469,14 +461,9 @@ def test_deterministic():
         _assert_bitwise(first, _run(inputs, case))
 
 
-@pytest.mark.parametrize("gate", ["lb_safe", "softplus"])
-def test_causal(gate):
-    """changing tokens after t never changes o[:t + 1], not even by one bit."""
-    kw = dict(gate="lb", safe_gate=True) if gate == "lb_safe" else dict(gate="softplus")
-    case = _case(B=1, T=256, H=2, HV=2, K=128, V=128, l2norm=True, beta="sigmoid", **kw)
-    inputs = _cuda_inputs(case)
-    o_ref, _, _ = _run(inputs, case)
-    for t in (0, 7, 15, 16, 31, 47, 63, 64, 100, 200, 254):
+def _assert_causal(inputs: dict, case: Case, o_ref: torch.Tensor, ts) -> None:
+    """For each t: random tokens after t leave o[:t + 1] bit-equal to o_ref (and change o after)."""
+    for t in ts:
         pert = dict(inputs)
         for name in QKVGB:
             x = inputs[name].clone()
@@ -491,12 +478,28 @@ def test_causal(gate):
         assert not torch.equal(o[:, t + 1:], o_ref[:, t + 1:]), "perturbation had no effect"
 
 
-def test_cuda_graph_capture_replay():
-    """the op captures into a CUDA graph (no host sync, no allocation outside the graph pool) and
-    replays on new data exactly like an eager call."""
-    case = _case(B=1, T=700, H=2, HV=4, K=128, V=128, cu_seqlens=(0, 0, 300, 301, 700),
-                 gate="lb", safe_gate=True, l2norm=True, beta="sigmoid", cu_dtype="i32")
+@pytest.mark.parametrize("gate", ["lb_safe", "softplus"])
+def test_causal(gate):
+    """changing tokens after t never changes o[:t + 1], not even by one bit."""
+    kw = dict(gate="lb", safe_gate=True) if gate == "lb_safe" else dict(gate="softplus")
+    case = _case(B=1, T=256, H=2, HV=2, K=128, V=128, l2norm=True, beta="sigmoid", **kw)
     inputs = _cuda_inputs(case)
+    o_ref, _, _ = _run(inputs, case)
+    _assert_causal(inputs, case, o_ref, (0, 7, 15, 16, 31, 47, 63, 64, 100, 200, 254))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["varlen", "time_split"])
+def test_cuda_graph_capture_replay(split):
+    """the op captures into a CUDA graph (no host sync, no allocation outside the graph pool) and
+    replays on new data exactly like an eager call; also with the time split's three passes."""
+    if split:
+        case = _case(B=1, T=2100, H=1, HV=2, K=128, V=128, gate="lb", safe_gate=True,
+                     l2norm=True, beta="sigmoid")
+    else:
+        case = _case(B=1, T=700, H=2, HV=4, K=128, V=128, cu_seqlens=(0, 0, 300, 301, 700),
+                     gate="lb", safe_gate=True, l2norm=True, beta="sigmoid", cu_dtype="i32")
+    inputs = _cuda_inputs(case)
+    assert _uses_time_split(case, inputs) == split
     args, kw = chunk_call(inputs, case)
     static = [a.clone() for a in args]
     o_eager, ht_eager = openkda.chunk_kda(*static, **kw)
@@ -537,6 +540,14 @@ def test_matches_cpu_backend(f64_core):
     """the CUDA stages against their CPU twins (the chunked CPU backend in f64, end to end)."""
     _against_cpu(_case(B=2, T=333, H=2, HV=4, K=128, V=64, gate="softplus", l2norm=True,
                        beta="sigmoid", v_first=True))
+
+
+def test_time_split_matches_cpu_backend(f64_core):
+    """the time split (transition, combine, output passes) against the serial CPU backend."""
+    case = _case(B=1, T=2200, H=1, HV=2, K=64, V=128, gate="softplus", l2norm=True,
+                 beta="sigmoid", v_first=True)
+    assert _uses_time_split(case, _cuda_inputs(case))
+    _against_cpu(case)
 
 
 def test_matches_cpu_backend_varlen_h(f64_core):
