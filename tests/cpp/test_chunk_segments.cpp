@@ -31,27 +31,38 @@ double rel_max(const double* ref, const double* got, int64_t n) {
   return err / mag;
 }
 
+// The CPU backend's f64 buffers of case c after the serial stages 1-4 of every chunk: b.h holds
+// the state entering each chunk, b.ht the final state.
+struct SerialRun {
+  explicit SerialRun(const Config& c) : in(make_inputs(c)) {
+    out.o = HostTensor(DType::kF64, {c.B, c.T, c.HV, c.V});
+    openkda::ChunkFwdArgs a = make_fwd_args(c, in, out, Precision::kF64, Algorithm::kChunked, 1);
+    EXPECT_TRUE(openkda::can_implement(a).ok());
+    d = openkda::resolve_dims(a.q, a.v, a.cu_seqlens, a.chunk_size);
+    openkda::WorkspacePlan sizing;
+    openkda::cpu::plan_chunk_buffers<double>(d, false, sizing);
+    ws.resize(sizing.bytes());
+    openkda::WorkspacePlan plan(ws.data());
+    b = openkda::cpu::plan_chunk_buffers<double>(d, false, plan);
+    openkda::cpu::prepare_inputs(a, d, b, nullptr, nullptr, 1);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d.K));
+    for (int64_t n = 0; n < d.N; ++n)
+      for (int64_t hv = 0; hv < d.HV; ++hv)
+        openkda::cpu::chunk_forward_sequence(b, d, n, hv, scale, false);
+  }
+  Inputs in;
+  FwdOut out;
+  openkda::ProblemDims d;
+  std::vector<unsigned char> ws;
+  openkda::cpu::ChunkBuffers<double> b;
+};
+
 // Segments of `seg` chunks per (sequence, value head); returns the worst relative error of the
 // chained states against the serial ones, and counts the boundaries checked.
 double chained_state_error(const Config& c, int64_t seg, int64_t* checked) {
-  Inputs in = make_inputs(c);
-  FwdOut out;
-  out.o = HostTensor(DType::kF64, {c.B, c.T, c.HV, c.V});
-  openkda::ChunkFwdArgs a = make_fwd_args(c, in, out, Precision::kF64, Algorithm::kChunked, 1);
-  EXPECT_TRUE(openkda::can_implement(a).ok());
-  const openkda::ProblemDims d = openkda::resolve_dims(a.q, a.v, a.cu_seqlens, a.chunk_size);
-  openkda::WorkspacePlan sizing;
-  openkda::cpu::plan_chunk_buffers<double>(d, false, sizing);
-  std::vector<unsigned char> ws(sizing.bytes());
-  openkda::WorkspacePlan plan(ws.data());
-  openkda::cpu::ChunkBuffers<double> b = openkda::cpu::plan_chunk_buffers<double>(d, false, plan);
-  openkda::cpu::prepare_inputs(a, d, b, nullptr, nullptr, 1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d.K));
-  // Serial: stages 1-4 of every chunk; b.h holds the state entering each chunk, b.ht the final.
-  for (int64_t n = 0; n < d.N; ++n)
-    for (int64_t hv = 0; hv < d.HV; ++hv)
-      openkda::cpu::chunk_forward_sequence(b, d, n, hv, scale, false);
-
+  const SerialRun run(c);
+  const openkda::ProblemDims& d = run.d;
+  const openkda::cpu::ChunkBuffers<double>& b = run.b;
   const int64_t K = d.K, V = d.V;
   double worst = 0.0;
   std::vector<double> X(K * (V + K)), S(K * V), S_next(K * V);
@@ -117,18 +128,8 @@ TEST(ChunkSegments, ZeroStartStatesAloneDoNotChain) {
   c.H = c.HV = 1;
   c.K = c.V = 8;
   c.h0 = true;
-  Inputs in = make_inputs(c);
-  FwdOut out;
-  out.o = HostTensor(DType::kF64, {c.B, c.T, c.HV, c.V});
-  openkda::ChunkFwdArgs a = make_fwd_args(c, in, out, Precision::kF64, Algorithm::kChunked, 1);
-  const openkda::ProblemDims d = openkda::resolve_dims(a.q, a.v, a.cu_seqlens, a.chunk_size);
-  openkda::WorkspacePlan sizing;
-  openkda::cpu::plan_chunk_buffers<double>(d, false, sizing);
-  std::vector<unsigned char> ws(sizing.bytes());
-  openkda::WorkspacePlan plan(ws.data());
-  openkda::cpu::ChunkBuffers<double> b = openkda::cpu::plan_chunk_buffers<double>(d, false, plan);
-  openkda::cpu::prepare_inputs(a, d, b, nullptr, nullptr, 1);
-  openkda::cpu::chunk_forward_sequence(b, d, 0, 0, 1.0 / std::sqrt(8.0), false);
+  const SerialRun run(c);
+  const openkda::cpu::ChunkBuffers<double>& b = run.b;
   std::vector<ChunkSpan> spans = {{0, 4, 0}};
   std::vector<double> X(c.K * (c.V + c.K));
   openkda::cpu::fwd_segment_transition(b, spans.data(), 1, 0, X.data());
