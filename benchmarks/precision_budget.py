@@ -130,6 +130,11 @@ SCHEMES = [
      "tf32"),
     ("all five bf16, tf32 operands", dict(w="bf16", u="bf16", qg="bf16", kg="bf16", aqk="bf16"),
      "tf32"),
+    ("all five f16 (range permitting), tf32 operands",
+     dict(w="f16", u="f16", qg="f16", kg="f16", aqk="f16"), "tf32"),
+    ("u bf16 only", dict(w="tf32", u="bf16", qg="tf32", kg="tf32", aqk="tf32"), "tf32"),
+    ("qg bf16 only", dict(w="tf32", u="f32", qg="bf16", kg="tf32", aqk="tf32"), "tf32"),
+    ("A_qk bf16 only", dict(w="tf32", u="f32", qg="tf32", kg="tf32", aqk="bf16"), "tf32"),
     ("all five bf16, bf16 operands (FLA's precision class)",
      dict(w="bf16", u="bf16", qg="bf16", kg="bf16", aqk="bf16"), "bf16"),
 ]
