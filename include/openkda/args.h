@@ -59,10 +59,12 @@ struct ChunkProblem : KdaOptions {
 };
 
 struct ChunkFwdArgs : ChunkProblem {
-  TensorRef o;            // [B, T, HV, V] any float (output; chunk_kda returns q's dtype)
-  TensorRef final_state;  // [N, HV, K, V] (v-first [N, HV, V, K]) f32 | f64; may be undefined
-  TensorRef h;            // [B, NT_b, HV, K, V] (v-first [.., V, K]) any float: the state at the
-                          // start of every chunk (NT_b = chunks per batch row); may be undefined
+  TensorRef o;  // [B, T, HV, V] any float (output; chunk_kda returns q's dtype)
+  // [N, HV, K, V] (v-first [N, HV, V, K]) f32 | f64; may be undefined. On CUDA it may share
+  // memory with initial_state only where the scan is not split in time (can_implement says).
+  TensorRef final_state;
+  TensorRef h;  // [B, NT_b, HV, K, V] (v-first [.., V, K]) any float: the state at the
+                // start of every chunk (NT_b = chunks per batch row); may be undefined
 };
 
 struct ChunkBwdArgs : ChunkProblem {

@@ -158,6 +158,41 @@ TEST(CurrentDevice, ChunkTensorsOnAnotherDeviceAreRefused) {
   }
 }
 
+// Under the CUDA scan's time split (few state chains, >= 32 chunks per sequence) the last segment
+// writes the final state while the first may still read the initial state: sharing memory is
+// refused there, and only there.
+TEST(TimeSplit, FinalStateSharingTheInitialStateIsRefused) {
+  if (!openkda::build_config().cuda) GTEST_SKIP() << "no CUDA backend in this build";
+  for (const int64_t T : {2048, 64}) {  // 32 chunks: split; 1 chunk: serial scan
+    Config c;
+    c.B = 1;
+    c.T = T;
+    c.H = c.HV = 1;
+    c.K = c.V = 64;
+    c.h0 = true;
+    c.set_all_dtypes(DType::kBF16);
+    c.h0_dtype = c.state_dtype = DType::kF32;
+    Inputs in = make_inputs(c);
+    FwdOut out;
+    out.o = HostTensor(DType::kBF16, {c.B, c.T, c.HV, c.V});
+    out.final_state = HostTensor(DType::kF32, c.state_shape(c.N()));
+    openkda::ChunkFwdArgs a = make_fwd_args(c, in, out, Precision::kF32, Algorithm::kChunked, 0);
+    for (openkda::TensorRef* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.A_log, &a.dt_bias,
+                                  &a.initial_state, &a.o, &a.final_state})
+      t->device = openkda::Device{openkda::DeviceType::kCUDA, 0};
+    const std::string shared = "final_state shares memory with initial_state";
+    EXPECT_FALSE(HasSubstr(openkda::can_implement(a).message(), shared));
+    a.final_state.data = a.initial_state.data;
+    const openkda::Status s = openkda::can_implement(a);
+    if (T == 2048) {
+      EXPECT_EQ(s.code(), openkda::StatusCode::kNotSupported) << s.message();
+      EXPECT_TRUE(HasSubstr(s.message(), shared)) << s.message();
+    } else {
+      EXPECT_FALSE(HasSubstr(s.message(), shared)) << s.message();
+    }
+  }
+}
+
 TEST_F(ChunkValidate, HVNotAMultipleOfH) {
   args.v.shape[2] = 3;
   EXPECT_TRUE(Invalid(check(), {"(HV) = 3", "multiple of H = 2"}));

@@ -362,8 +362,8 @@ def test_time_split_only_for_few_chains():
 
 
 def test_time_split_causal_and_deterministic():
-    """Segment boundaries depend on T only: perturbing tokens after t (before, at and after a
-    boundary) never changes o[:t + 1] by one bit, and a repeated call is bitwise equal."""
+    """At a fixed shape the segment boundaries are fixed: perturbing tokens after t (before, at
+    and after a boundary) never changes o[:t + 1] by one bit; a repeated call is bitwise equal."""
     case = _case(B=1, T=2048, H=1, HV=1, K=128, V=128, gate="softplus", l2norm=True,
                  beta="sigmoid")
     inputs = _cuda_inputs(case)

@@ -147,6 +147,15 @@ bool aligned(const TensorRef& t, size_t bytes) {
   return reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
 }
 
+// Whether the bytes of two tensors intersect (contiguous, as validated).
+bool overlap(const TensorRef& x, const TensorRef& y) {
+  const auto begin = [](const TensorRef& t) { return reinterpret_cast<uintptr_t>(t.data); };
+  const auto end = [&](const TensorRef& t) {
+    return begin(t) + static_cast<uintptr_t>(t.numel()) * dtype_size(t.dtype);
+  };
+  return begin(x) < end(y) && begin(y) < end(x);
+}
+
 Status not_supported(const std::string& what) {
   return Status::NotSupported(std::string(kOp) + ": " + what);
 }
@@ -299,6 +308,17 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
                          ", HV = " + std::to_string(d.HV) + ": " + std::to_string(L.slots) +
                          " chunk slots and up to " + std::to_string(scan_ctas) +
                          " scan CTAs; expected at most 2^31 - 1 of each");
+  }
+  // Under the time split the last segment's CTAs write the final state while the first segment's
+  // may still be reading the initial state (the serial scan reads each column before it writes
+  // it), so the two must not share memory there.
+  if (L.plan.nseg > 1 && a.initial_state.defined() && a.final_state.defined() &&
+      overlap(a.initial_state, a.final_state)) {
+    return not_supported(
+        "final_state shares memory with initial_state; expected separate buffers "
+        "when the scan is split in time (" +
+        std::to_string(L.plan.nseg) +
+        " segments per sequence for N HV = " + std::to_string(d.N * d.HV) + " state chains)");
   }
   return Status::Ok();
 }

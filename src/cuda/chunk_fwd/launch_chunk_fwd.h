@@ -16,16 +16,18 @@
 namespace openkda::cuda {
 
 // What the CUDA kernels add to the core's validation (which the args must already pass): K and V
-// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g/o (32 for f64), HV <= 65535 and a grid
-// that fits. kNotSupported with a message naming the value and the supported choices otherwise.
+// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g/o (32 for f64), HV <= 65535, a grid
+// that fits, and, when the scan is split in time (few state chains; segments.cuh),
+// final_state not sharing memory with initial_state. kNotSupported with a message naming the value
+// and the supported choices otherwise.
 Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 
 // Bytes of scratch chunk_fwd needs (f32 intermediates of every token and value head, kg^T and
-// gamma per chunk slot, plus the varlen chunk table); depends on the shapes only, never on
-// device data. With varlen the slot count is the bound floor((T + N (BT - 1)) / BT), so many
-// short sequences cost more than their tokens (N = T one-token sequences at K = V = 128,
-// BT = 64: about 15x the workspace of one sequence of T tokens). 0 when chunk_fwd_can_implement
-// fails.
+// gamma per chunk slot, the varlen chunk table, and the time split's segment states); depends on
+// the shapes and the current device's SM count (the time split's plan), never on device data. With
+// varlen the slot count is the bound floor((T + N (BT - 1)) / BT), so many short sequences cost
+// more than their tokens (N = T one-token sequences at K = V = 128, BT = 64: about 15x the
+// workspace of one sequence of T tokens). 0 when chunk_fwd_can_implement fails.
 size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 
 // chunk_kda forward on `stream` (a cudaStream_t; null is the legacy default stream) for args that
