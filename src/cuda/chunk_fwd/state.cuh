@@ -266,6 +266,10 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   const uint32_t sKgT = smem_address(smem + Tr::kOffKgT);
   const float* sGamma = reinterpret_cast<const float*>(smem + Tr::kOffGamma);
   const float* sU = reinterpret_cast<const float*>(smem + Tr::kOffU);
+  // NOTE: scan_load_rest writes sU at the CTA's own width (kThreads / 2 columns) and this reads it
+  // at p.vs: every launch must have p.vs = 16 x its warps. launch_scan picks the output pass's
+  // warps from p.vs; the transition pass runs 4 warps, and plan_scan sets vs = 64 whenever it
+  // splits in time (an 8-warp transition variant that broke this failed the GPU tests).
   const int ld_u = Tr::ld_u(p.vs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
