@@ -348,32 +348,32 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   wgmma_wait<0>();
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
-  if constexpr (!kOut) return;
-
-  // o rows i < nv (one dtype switch per chunk).
-  const int64_t o_warp = (t0 * p.HV + hv) * int64_t{p.V} + v0 + Tr::kWarpRows * warp;
-  const int64_t o_base = o_warp + g;
-  // NOTE: the packed stores (fewer, wider) pay off with two warpgroups (scan 0.92 -> 0.88 ms at
-  // B1-T8192-H96), whose stores contend for the LSU; with one warpgroup (vs = 64) the movmatrix
-  // and shuffle latency sits on the serial chain instead (B1-T65536-H16: 5.53 -> 5.73 ms).
-  const bool packed = p.vs == 128;
-  switch (p.o_dtype) {
-    case DType::kBF16:
-      if (packed) {
-        store_o_rows_b16<__nv_bfloat16>(p, o_warp, nv, o);
-      } else {
-        store_o_rows<__nv_bfloat16>(p, o_base, t, nv, o);
-      }
-      break;
-    case DType::kF16:
-      if (packed) {
-        store_o_rows_b16<__half>(p, o_warp, nv, o);
-      } else {
-        store_o_rows<__half>(p, o_base, t, nv, o);
-      }
-      break;
-    case DType::kF64: store_o_rows<double>(p, o_base, t, nv, o); break;
-    default: store_o_rows<float>(p, o_base, t, nv, o); break;
+  if constexpr (kOut) {
+    // o rows i < nv (one dtype switch per chunk).
+    const int64_t o_warp = (t0 * p.HV + hv) * int64_t{p.V} + v0 + Tr::kWarpRows * warp;
+    const int64_t o_base = o_warp + g;
+    // NOTE: the packed stores (fewer, wider) pay off with two warpgroups (scan 0.92 -> 0.88 ms at
+    // B1-T8192-H96), whose stores contend for the LSU; with one warpgroup (vs = 64) the movmatrix
+    // and shuffle latency sits on the serial chain instead (B1-T65536-H16: 5.53 -> 5.73 ms).
+    const bool packed = p.vs == 128;
+    switch (p.o_dtype) {
+      case DType::kBF16:
+        if (packed) {
+          store_o_rows_b16<__nv_bfloat16>(p, o_warp, nv, o);
+        } else {
+          store_o_rows<__nv_bfloat16>(p, o_base, t, nv, o);
+        }
+        break;
+      case DType::kF16:
+        if (packed) {
+          store_o_rows_b16<__half>(p, o_warp, nv, o);
+        } else {
+          store_o_rows<__half>(p, o_base, t, nv, o);
+        }
+        break;
+      case DType::kF64: store_o_rows<double>(p, o_base, t, nv, o); break;
+      default: store_o_rows<float>(p, o_base, t, nv, o); break;
+    }
   }
 }
 
