@@ -194,6 +194,7 @@ def run(args) -> tuple:
         if args.cases and not any(sel in case.name for sel in args.cases):
             continue
         pos, kw = make_inputs(case)
+        kw["chunk_size"] = args.chunk_size
         with torch.inference_mode():
             ours_fn = lambda: openkda.chunk_kda(*pos, **kw)  # noqa: E731
             ours = time_ms(ours_fn, args.warmup, args.repeat)
@@ -291,6 +292,8 @@ def main() -> int:
     parser.add_argument("--cases", nargs="*", default=None,
                         help="substrings of case names to run (default: all)")
     parser.add_argument("--no-fla", action="store_true", help="skip FLA even when it imports")
+    parser.add_argument("--chunk-size", type=int, default=64, choices=(32, 64),
+                        help="chunk_size of both implementations' calls (the issue's cases: 64)")
     parser.add_argument("--fla-cases", nargs="*", default=None,
                         help="substrings of the case names FLA runs on (default: every case; "
                              "FLA autotunes for about 90 s per new shape)")

@@ -40,11 +40,10 @@ foreach(K 64 128)
       openkda_instantiate(recurrent_stream_k${K}_v${V}_${LAYOUT} cuda/recurrent/stream.cuh
                           "OPENKDA_INSTANTIATE_RECURRENT_STREAM(${K}, ${V}, ${VF})")
     endforeach()
-    # chunk_kda forward: prep kernel per (K, V, chunk size)
-    foreach(BT 32 64)
-      openkda_instantiate(chunk_fwd_prep_k${K}_v${V}_bt${BT} cuda/chunk_fwd/kernels.cuh
-                          "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, ${V}, ${BT})")
-    endforeach()
+    # chunk_kda forward: prep kernel per (K, V), at the kernels' chunk length (launch.cu:
+    # kKernelChunk = 32)
+    openkda_instantiate(chunk_fwd_prep_k${K}_v${V}_bt32 cuda/chunk_fwd/kernels.cuh
+                        "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, ${V}, 32)")
   endforeach()
 endforeach()
 # chunk_kda forward: the scan launchers (each with its 4- and 8-warp kernels) and the varlen
@@ -52,7 +51,6 @@ endforeach()
 # unit, ptxas makes other inlining and register choices for the scan kernels' out-of-line helpers
 # (different machine code, cuobjdump), and that split has not been re-validated on the GPU.
 openkda_instantiate(chunk_fwd_scan cuda/chunk_fwd/kernels.cuh
-                    "OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(64, 64)" "OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(128, 64)"
                     "OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(64, 32)" "OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(128, 32)"
                     "OPENKDA_INSTANTIATE_CHUNK_FWD_INDEX()")
 

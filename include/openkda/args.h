@@ -55,7 +55,8 @@ struct ChunkProblem : KdaOptions {
   TensorRef cu_seqlens;     // [N + 1] i32 | i64 on the host or the device; may be undefined
   bool safe_gate = false;   // bounded-gate fast path; with the gate in kernel needs
                             // lower_bound in [-5, 0)
-  int chunk_size = 64;      // 32 or 64
+  int chunk_size = 64;      // 32 or 64: the chunk of h (and of the CPU backend); the CUDA
+                            // kernels always work in 32-token chunks
 };
 
 struct ChunkFwdArgs : ChunkProblem {

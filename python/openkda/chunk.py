@@ -155,7 +155,8 @@ def chunk_kda(
             sizing ``h`` for ``return_intermediate_states`` with varlen and no
             ``cu_seqlens_cpu``, as in FLA).
         **kwargs: ``A_log``, ``dt_bias`` (read only with use_gate_in_kernel), ``chunk_size``
-            (32 or 64, default 64), deprecated ``transpose_state_layout``. Other keys are ignored,
+            (32 or 64, default 64: the chunk of the ``h`` snapshots; the CUDA kernels always
+            work in 32-token chunks), deprecated ``transpose_state_layout``. Other keys are ignored,
             as in FLA.
 
     Returns:

@@ -303,9 +303,11 @@ H_CASES = [
 
 # h with device-side cu_seqlens: the core's validation of h's shape must not read cu_seqlens on
 # the host (deselect with -k "not varlen_h" on a build where it still does).
+# chunk_size 64 takes h every second kernel chunk (h_offsets: its own prefix sum), 32 every one.
 H_VARLEN_CASES = [
     _case(T=300, cu_seqlens=(0, 1, 65, 65, 300), K=128, V=128, cu_dtype="i32"),
     _case(T=300, cu_seqlens=(0, 100, 300), v_first=True, dtype="f32"),
+    _case(T=200, cu_seqlens=(0, 31, 31, 96, 200), K=64, V=64, chunk_size=32, gate="softplus"),
 ]
 
 

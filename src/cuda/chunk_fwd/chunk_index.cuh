@@ -11,7 +11,10 @@
 //   chunk_offsets[n]    varlen: first global chunk of sequence n, the exclusive prefix sum of
 //                       ceil(len / BT) (chunk_offsets[N] = chunks over all sequences), capped at
 //                       the workspace's slots; FLA's prepare_chunk_offsets. Global chunk c0 + c
-//                       indexes h (and gamma).
+//                       indexes gamma and kg^T.
+//   h_offsets[n]        varlen with h snapshots every h_every > 1 chunks: the same prefix sum of
+//                       ceil(len / (BT h_every)), the caller's chunk_size (h's row index).
+//   snapshot_base(n)    first row of h of sequence n: dense n NT_h, varlen h_offsets[n].
 //   resolve_chunk(slot) the (sequence, chunk) of global chunk `slot`: dense by division, varlen by
 //                       binary search over chunk_offsets (empty sequences never match).
 //   zero_padding_rows   varlen: o = 0 on the rows outside [cu_seqlens[0], cu_seqlens[N]) (no
@@ -51,6 +54,11 @@ __device__ __forceinline__ SeqSpan sequence_span(const ChunkFwdParams& p, int64_
 // First global chunk of sequence n.
 __device__ __forceinline__ int64_t chunk_base(const ChunkFwdParams& p, int64_t n) {
   return p.cu_seqlens == nullptr ? n * p.NT_b : static_cast<int64_t>(p.chunk_offsets[n]);
+}
+
+// First row of h (the state entering every h_every-th chunk) of sequence n.
+__device__ __forceinline__ int64_t snapshot_base(const ChunkFwdParams& p, int64_t n) {
+  return p.cu_seqlens == nullptr ? n * p.NT_h : static_cast<int64_t>(p.h_offsets[n]);
 }
 
 // Chunks of sequence n: ceil(len / BT), or with cu_seqlens the offsets' difference, which equals
@@ -114,8 +122,13 @@ __device__ __forceinline__ void zero_padding_rows(const ChunkFwdParams& p) {
   }
 }
 
-// chunk_offsets[0 .. N] (varlen). One CTA of kIndexThreads threads.
-__device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
+// out[0 .. N] = exclusive prefix sum of ceil(len_n / 2^shift) (varlen: the chunk lengths are
+// powers of two, and shifts keep the 64-bit divisions' subroutine calls, which spilled, out of
+// the loops), capped at `cap`. One CTA of kIndexThreads threads; ends with a block barrier, so it
+// can be called again.
+__device__ __forceinline__ void build_offsets(const ChunkFwdParams& p, int shift, int64_t cap,
+                                              int32_t* out) {
+  const int64_t round_up = (int64_t{1} << shift) - 1;
   // NOTE: 64-bit sums, capped only at the store: decreasing device cu_seqlens (overlapping
   // sequences) can sum to more than 2^31 chunks, which 32-bit sums would wrap to negative offsets.
   __shared__ int64_t sWarpSum[kIndexThreads / 32];
@@ -126,7 +139,7 @@ __device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
   const int64_t last = min(first + per, p.N);
 
   int64_t local = 0;
-  for (int64_t n = first; n < last; ++n) local += (sequence_span(p, n).len + p.BT - 1) / p.BT;
+  for (int64_t n = first; n < last; ++n) local += (sequence_span(p, n).len + round_up) >> shift;
   // Exclusive scan of the per-thread totals: inclusive within the warp, then over warp totals.
   int64_t incl = local;
 #pragma unroll
@@ -145,14 +158,23 @@ __device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
     }
   }
   __syncthreads();
-  // Capped at the workspace's slots (< 2^31, chunk_fwd_can_implement): more chunks than slots
-  // only come from decreasing device cu_seqlens; the cap keeps every chunk index inside the
-  // workspace.
+  // Capped (cap < 2^31, chunk_fwd_can_implement): more chunks than the cap only come from
+  // decreasing device cu_seqlens; the cap keeps every index inside its buffer.
   int64_t off = sWarpSum[warp] + incl - local;
-  if (tid == 0) p.chunk_offsets[0] = 0;
+  if (tid == 0) out[0] = 0;
   for (int64_t n = first; n < last; ++n) {
-    off += (sequence_span(p, n).len + p.BT - 1) / p.BT;
-    p.chunk_offsets[n + 1] = static_cast<int32_t>(min(off, p.slots));
+    off += (sequence_span(p, n).len + round_up) >> shift;
+    out[n + 1] = static_cast<int32_t>(min(off, cap));
+  }
+  __syncthreads();  // sWarpSum is free again
+}
+
+// chunk_offsets (capped at the workspace's slots) and, with h snapshots every h_every > 1
+// chunks, h_offsets (capped at h's rows: writes past them are dropped anyway).
+__device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
+  build_offsets(p, __ffs(p.BT) - 1, p.slots, p.chunk_offsets);
+  if (p.h_offsets != nullptr && p.h_offsets != p.chunk_offsets) {
+    build_offsets(p, __ffs(p.BT * p.h_every) - 1, p.h_chunks, p.h_offsets);
   }
 }
 

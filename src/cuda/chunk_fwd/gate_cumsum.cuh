@@ -13,11 +13,11 @@
 // The cumsum is exactly monotone: with every g <= 0, G_i <= G_j for i >= j in f32 (each partial
 // sum adds a non-positive term), so every exp2 argument of the later stages is <= 0.
 //
-// Grid mapping: one CTA (Tr::kThreads = 512) per (chunk, value head). Row passes: warp w owns rows
-// w, w + kWarps, ...; lane l owns columns l * K / 32 .. (l + 1) * K / 32 - 1 (one vector access per
-// row). Cumsum: thread (part, d) with d = tid % K scans rows part * kCumRows .. + kCumRows - 1 of
-// column d in registers, then adds the sums of the parts above it, in order.
-// Shared memory: sQ, sK, sG, sBeta of PrepTraits; the cumsum uses kCumParts * K floats of sScr.
+// Grid mapping: one CTA (Tr::kThreads, 256 at BT = 32) per (chunk, value head). Row passes: warp w
+// owns rows w, w + kWarps, ...; lane l owns columns l * K / 32 .. (l + 1) * K / 32 - 1 (one vector
+// access per row). Cumsum: thread (part, d) with d = tid % K scans rows part * kCumRows .. +
+// kCumRows - 1 of column d in registers, then adds the sums of the parts above it, in order. Shared
+// memory: sQ, sK, sG, sBeta of PrepTraits; the cumsum uses kCumParts * K floats of sScr.
 #pragma once
 
 #include <cstdint>

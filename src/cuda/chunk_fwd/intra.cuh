@@ -30,7 +30,7 @@
 //   P_rc = sum_{m=c}^{r-1} A_rm Tinv_mc  (c < r),   Tinv_rc = -X_rr P_rc.
 // Row i of Tinv depends on rows <= i of A_kk only.
 //
-// Grid mapping: one CTA (512 threads) per (chunk, value head).
+// Grid mapping: one CTA (Tr::kThreads) per (chunk, value head).
 // Shared memory: reads sQ, sK, sG, sBeta; writes sA [BT][kLdA]; the block inverse uses
 // (NB - 1) * 256 floats of sScr for P.
 #pragma once

@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 //   beta v + block inverse          sK <- beta v; sA <- Tinv; sScr = P_rc
 //   WY products                     w = Tinv sQ, u = Tinv sK -> workspace
 template <int kK, int kV, int kBT>
-__global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads, 1)
+__global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
+                                  PrepTraits<kK, kV, kBT>::kMinBlocks)
     openkda_fwd_prep_kernel(const ChunkFwdParams p) {
   using Tr = PrepTraits<kK, kV, kBT>;
   extern __shared__ float4 smem_f4[];
@@ -144,6 +145,7 @@ __global__ void __launch_bounds__(32 * kWarps, kTransition ? 2 : 1)
   const SeqSpan span = sequence_span(p, n);
   const int64_t nchunks = sequence_chunks(p, n, span);
   const int64_t first_chunk = chunk_base(p, n);
+  const int64_t h_base = p.h != nullptr ? snapshot_base(p, n) : 0;
   const int64_t head_state = int64_t{kK} * p.V;
   const int64_t c_begin = p.nseg > 1 ? seg * p.seg_chunks : 0;
   const int64_t c_end = p.nseg > 1 ? min(nchunks, c_begin + p.seg_chunks) : nchunks;
@@ -189,8 +191,10 @@ __global__ void __launch_bounds__(32 * kWarps, kTransition ? 2 : 1)
     const int nv = chunk_rows(c);
     const int64_t slot = first_chunk + c;
     const bool has_next = c + 1 < c_end;
-    if (!kTransition && p.h != nullptr && slot < p.h_chunks) {
-      store_state<kK>(p.h, p.h_dtype, (slot * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
+    if (!kTransition && p.h != nullptr && c % p.h_every == 0) {  // a snapshot chunk
+      const int64_t row = h_base + c / p.h_every;
+      if (row < p.h_chunks)
+        store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
     cp_async_wait_group<1>();    // WQ(c)
     fence_proxy_async_shared();  // sW / sQg are read by wgmma (the async proxy)

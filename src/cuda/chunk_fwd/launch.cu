@@ -1,6 +1,6 @@
 // Host launcher of chunk_kda forward: ChunkFwdArgs -> ChunkFwdParams in one function
 // (make_params), the workspace table (workspace_layout, shared by sizing and carving), and the one
-// place where run-time K, V and chunk size become compiled kernels (cmake/OpenkdaCuda.cmake).
+// place where run-time K and V become compiled kernels (cmake/OpenkdaCuda.cmake).
 // No framework headers, no allocation, no host synchronisation.
 #include <cuda_runtime.h>
 
@@ -27,6 +27,15 @@ template <int kK, int kV, int kBT>
 cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream);
 template <int kK, int kBT>
 cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream);
+
+// The kernels' chunk length, whatever the caller's chunk_size (32 or 64), which only sets where
+// the h snapshots are taken (every chunk_size / kKernelChunk kernel chunks): the outputs are the
+// same function of the inputs at any chunk length, and the prep's shared memory at 32 tokens
+// (56 KB at K = V = 128) lets three of its 256-thread CTAs share a multiprocessor (one at 64
+// tokens: 123 KB). Measured on the H200 (bench_chunk_fwd --no-fla --quick, one run, the same
+// kernels at both lengths): B = 1, T = 8192, H = 96 2.74 -> 2.14 ms (prep 1.76 -> 1.18 ms, scan
+// 0.89 -> 0.87 ms); B = 1, T = 65536, H = 16 4.85 -> 4.26 ms.
+constexpr int kKernelChunk = 32;
 }  // namespace chunk_forward
 
 namespace {
@@ -42,8 +51,11 @@ constexpr size_t kWsAlign = 128;
 constexpr double kAnchoredDiagMinLowerBound = -5.0;
 
 struct Dims {
-  int64_t B = 0, T = 0, H = 0, K = 0, HV = 0, V = 0, N = 0, BT = 64;
+  int64_t B = 0, T = 0, H = 0, K = 0, HV = 0, V = 0, N = 0;
+  int64_t BT = chunk_forward::kKernelChunk;  // the kernels' chunk
+  int64_t h_BT = 64;                         // the caller's chunk_size: h's chunk
   bool varlen = false;
+  bool h = false;  // h snapshots requested
 };
 
 Dims dims_of(const ChunkFwdArgs& a) {
@@ -54,8 +66,9 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.K = a.q.shape[3];
   d.HV = a.v.shape[2];
   d.V = a.v.shape[3];
-  d.BT = a.chunk_size;
+  d.h_BT = a.chunk_size;
   d.varlen = a.cu_seqlens.defined();
+  d.h = a.h.defined();
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -112,7 +125,7 @@ ScanPlan plan_scan(const Dims& d, int sms) {
 struct WorkspaceLayout {
   int64_t slots = 0;  // chunk slots: exact for dense, an upper bound for varlen
   ScanPlan plan;
-  size_t chunk_offsets = 0, w = 0, qg = 0, kgT = 0, u = 0, aqk = 0, gamma = 0;
+  size_t chunk_offsets = 0, h_offsets = 0, w = 0, qg = 0, kgT = 0, u = 0, aqk = 0, gamma = 0;
   size_t seg_state = 0, seg_init = 0;
   size_t bytes = 0;
 };
@@ -129,6 +142,8 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
     return offset;
   };
   L.chunk_offsets = take(d.varlen ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
+  const bool own_h_offsets = d.varlen && d.h && d.h_BT != d.BT;
+  L.h_offsets = take(own_h_offsets ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
   L.w = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
   L.qg = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
@@ -207,12 +222,14 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
     p.h_dtype = a.h.dtype;
     p.h_chunks = a.h.shape[0] * a.h.shape[1];
   }
+  p.h_every = static_cast<int32_t>(d.h_BT / d.BT);
 
   p.B = d.B;
   p.T = d.T;
   p.N = d.N;
   p.tokens = d.B * d.T;
   p.NT_b = (d.T + d.BT - 1) / d.BT;
+  p.NT_h = (d.T + d.h_BT - 1) / d.h_BT;
   p.slots = L.slots;
   p.H = static_cast<int32_t>(d.H);
   p.HV = static_cast<int32_t>(d.HV);
@@ -239,7 +256,13 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.seg_chunks = L.plan.seg_chunks;
 
   char* base = static_cast<char*>(ws.data);
-  if (d.varlen) p.chunk_offsets = reinterpret_cast<int32_t*>(base + L.chunk_offsets);
+  if (d.varlen) {
+    p.chunk_offsets = reinterpret_cast<int32_t*>(base + L.chunk_offsets);
+    if (d.h) {
+      p.h_offsets =
+          p.h_every > 1 ? reinterpret_cast<int32_t*>(base + L.h_offsets) : p.chunk_offsets;
+    }
+  }
   p.w = reinterpret_cast<float*>(base + L.w);
   p.qg = reinterpret_cast<float*>(base + L.qg);
   p.kgT = reinterpret_cast<float*>(base + L.kgT);
@@ -253,21 +276,18 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   return p;
 }
 
-// The compiled variants: K, V in {64, 128}, chunk size in {32, 64}.
-LaunchFn prep_launcher(int64_t K, int64_t V, int64_t BT) {
+// The compiled variants: K, V in {64, 128}, at the kernels' chunk length.
+LaunchFn prep_launcher(int64_t K, int64_t V) {
   using chunk_forward::launch_prep;
-  if (BT == 64) {
-    if (K == 64) return V == 64 ? launch_prep<64, 64, 64> : launch_prep<64, 128, 64>;
-    return V == 64 ? launch_prep<128, 64, 64> : launch_prep<128, 128, 64>;
-  }
-  if (K == 64) return V == 64 ? launch_prep<64, 64, 32> : launch_prep<64, 128, 32>;
-  return V == 64 ? launch_prep<128, 64, 32> : launch_prep<128, 128, 32>;
+  constexpr int kBT = chunk_forward::kKernelChunk;
+  if (K == 64) return V == 64 ? launch_prep<64, 64, kBT> : launch_prep<64, 128, kBT>;
+  return V == 64 ? launch_prep<128, 64, kBT> : launch_prep<128, 128, kBT>;
 }
 
-LaunchFn scan_launcher(int64_t K, int64_t BT) {
+LaunchFn scan_launcher(int64_t K) {
   using chunk_forward::launch_scan;
-  if (BT == 64) return K == 64 ? launch_scan<64, 64> : launch_scan<128, 64>;
-  return K == 64 ? launch_scan<64, 32> : launch_scan<128, 32>;
+  constexpr int kBT = chunk_forward::kKernelChunk;
+  return K == 64 ? launch_scan<64, kBT> : launch_scan<128, kBT>;
 }
 
 }  // namespace
@@ -282,8 +302,8 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
     return not_supported("v.shape[3] (V) = " + std::to_string(d.V) +
                          "; expected V in {64, 128} on CUDA");
   }
-  if (d.BT != 32 && d.BT != 64) {
-    return not_supported("chunk_size = " + std::to_string(d.BT) + "; expected 32 or 64");
+  if (d.h_BT != 32 && d.h_BT != 64) {
+    return not_supported("chunk_size = " + std::to_string(d.h_BT) + "; expected 32 or 64");
   }
   if (a.final_state.defined() && a.final_state.dtype != DType::kF32) {
     return not_supported(std::string("final_state.dtype ") + dtype_label(a.final_state.dtype) +
@@ -355,10 +375,10 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
   }
   if (p.slots > 0 && p.tokens > 0) {
     OPENKDA_RETURN_IF_ERROR(
-        cuda_status(prep_launcher(d.K, d.V, d.BT)(p, s), kOp, "launch of openkda_fwd_prep_kernel"));
+        cuda_status(prep_launcher(d.K, d.V)(p, s), kOp, "launch of openkda_fwd_prep_kernel"));
   }
   OPENKDA_RETURN_IF_ERROR(
-      cuda_status(scan_launcher(d.K, d.BT)(p, s), kOp, "launch of openkda_fwd_scan_kernel"));
+      cuda_status(scan_launcher(d.K)(p, s), kOp, "launch of openkda_fwd_scan_kernel"));
   return Status::Ok();
 }
 

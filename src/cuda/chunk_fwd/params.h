@@ -15,10 +15,13 @@
 //   o             [B, T, HV, V]    o_dtype
 //   ht            [N, HV, K, V] (v_first: [N, HV, V, K]) f32; may be null
 //   h             [h_chunks, HV, K, V] (v_first: [.., V, K]) h_dtype, the state entering every
-//                 chunk, flattened over [B, NT_b] (dense) or [1, NT] (varlen); may be null
+//                 snapshot chunk (the caller's chunk_size = h_every kernel chunks), flattened
+//                 over [B, NT_h] (dense) or [1, NT] (varlen); may be null
 // Workspace (launch.cu: WorkspaceLayout; f32 unless noted, token rows head-major so that the rows
 // of one chunk are one contiguous tile):
 //   chunk_offsets [N + 1] i32      first chunk of every sequence (varlen only)
+//   h_offsets     [N + 1] i32      first snapshot of every sequence (varlen with h and
+//                                  h_every > 1; otherwise it aliases chunk_offsets)
 //   w, qg         [HV, tokens, K]  w = Tinv (beta k E); qg = scale q E
 //   kgT           [HV, slots, BT / 8, K, 8]  kg^T per chunk slot, kg = k exp2(G_last - G):
 //                 element (d, j) of a slot at (j / 8) 8K + 8d + j % 8 (columns j >= nv are 0)
@@ -71,11 +74,15 @@ struct ChunkFwdParams {
   DType o_dtype = DType::kUndefined;
   DType h_dtype = DType::kUndefined;
   int64_t h_chunks = 0;  // rows of h: h.shape[0] * h.shape[1] (writes past it are dropped)
+  // Kernel chunks per snapshot of h: the caller's chunk_size / BT (launch.cu: the kernels always
+  // work in kKernelChunk-token chunks; chunk_size only sets where h is taken).
+  int32_t h_every = 1;
 
   // ---- geometry ----
   int64_t B = 0, T = 0, N = 0;
   int64_t tokens = 0;  // B * T
   int64_t NT_b = 0;    // dense: chunks per batch row, ceil(T / BT)
+  int64_t NT_h = 0;    // dense: snapshots per batch row, ceil(T / (BT h_every))
   int64_t slots = 0;   // chunk slots of gamma / the prep grid (>= chunks over all sequences)
   int32_t H = 0, HV = 0, group = 1, K = 0, V = 0, BT = 64;
 
@@ -101,6 +108,7 @@ struct ChunkFwdParams {
 
   // ---- workspace ----
   int32_t* chunk_offsets = nullptr;  // varlen only
+  int32_t* h_offsets = nullptr;      // varlen with h only (== chunk_offsets when h_every = 1)
   float* w = nullptr;
   float* qg = nullptr;
   float* kgT = nullptr;  // per chunk slot: kg^T as [BT / 8][K][8] (the scan's wgmma B operand)

@@ -1,7 +1,8 @@
 // Compile-time configuration of the chunk_kda forward kernels: tiles, threads and the shared
 // memory plan of each kernel, with the bank-conflict and alignment constraints as static_asserts.
 //
-//   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 512 threads per (chunk, value head)
+//   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 256 threads (BT = 32) per (chunk,
+//                         value head)
 //   ScanTraits<K, BT, T>  openkda_fwd_scan_kernel: one CTA of vs / 16 warps (vs / 64
 //                         warpgroups) per (sequence, value head, V slice); vs in {64, 128};
 //                         T: the transition pass of the time split (no output tiles)
@@ -31,10 +32,13 @@ struct PrepTraits {
   static constexpr int kK = kK_;    // q/k head dim
   static constexpr int kV = kV_;    // value head dim
   static constexpr int kBT = kBT_;  // chunk size
-  // NOTE: 16 warps. The prep's phases are short, serial and latency-bound (Nsight Compute at 8
-  // warps: IPC 0.98, one CTA per SM because of the 123 KB of shared memory); 512 threads halve
-  // every thread's share of each phase and keep it within 128 registers (no spills at K = V = 128).
-  static constexpr int kThreads = 512;
+  // NOTE: the prep's phases are short, serial and latency-bound, so what counts is how many
+  // independent CTAs share a multiprocessor. At BT = 32 (the only length launch.cu instantiates:
+  // kKernelChunk) the plan is 56 KB at K = V = 128, so three CTAs of 8 warps fit (<= 80
+  // registers, no spills; four would need 64 registers and spill). At BT = 64 the plan is 123 KB,
+  // one CTA per multiprocessor, where 16 warps measured best (Nsight Compute at 8: IPC 0.98).
+  static constexpr int kThreads = kBT == 64 ? 512 : 256;
+  static constexpr int kMinBlocks = kBT == 64 ? 1 : 3;  // CTAs per multiprocessor (launch bound)
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kNB = kBT / kSubChunk;  // 16-row blocks per chunk
 

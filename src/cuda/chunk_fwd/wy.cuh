@@ -13,7 +13,7 @@
 //   u     = Tinv (beta v)                         -> workspace u
 // Every exponent is <= 0 when g <= 0, so every factor is in [0, 1].
 //
-// Grid mapping: one CTA (512 threads) per (chunk, value head). Elementwise passes: thread owns
+// Grid mapping: one CTA (Tr::kThreads) per (chunk, value head). Elementwise passes: thread owns
 // 4 consecutive columns of a row (float4), except the kg^T pass (write_gated_keys). Products:
 // mma.sync m16n8k8 tf32 with Tinv (sA) as A in paired k order and [BT, N] operands (sQ, sK) as B;
 // warp (mt, ng) owns rows 16 mt .. 16 mt + 15 and N / 8 / (kWarps / NB) column tiles; k blocks with
