@@ -117,10 +117,11 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
 // ---- scan: one CTA per (sequence, value head, segment, V slice) --------------------------------
 // kWarps = vs / 16 (4 or 8: one or two warpgroups), a compile-time value so that the tile loaders
 // unroll (launch_scan picks it from p.vs). kTransition: the time split's first pass
-// (segments.cuh): 4 warps per 64 columns of the augmented state [S | M], two CTAs per SM.
+// (segments.cuh): 4 warps per 64 columns of the augmented state [S | M]. 4-warp CTAs (either
+// pass) are built to fit two per SM (<= 256 registers), which the time split's plan counts on.
 // blockIdx.x = ((n * HV + hv) * nseg + segment) * slices + slice.
 template <int kK, int kBT, int kWarps, bool kTransition>
-__global__ void __launch_bounds__(32 * kWarps, kTransition ? 2 : 1)
+__global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     openkda_fwd_scan_kernel(const ChunkFwdParams p) {
   using Tr = ScanTraits<kK, kBT, kTransition>;
   static_assert(!kTransition || kWarps == 4, "transition pass: 64 columns per CTA");
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(32 * kWarps, kTransition ? 2 : 1)
     cp_async_wait_group<1>();    // WQ(c)
     fence_proxy_async_shared();  // sW / sQg are read by wgmma (the async proxy)
     __syncthreads();
-    scan_step<Tr>(p, hv, t0, nv, v0, m_part, smem, s, [&]() {
+    scan_step<Tr, 16 * kWarps>(p, hv, t0, nv, v0, m_part, smem, s, [&]() {
       __syncthreads();  // every warp is done with sW / sQg of chunk c
       if (has_next) scan_load_wq<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), smem);
       cp_async_commit();

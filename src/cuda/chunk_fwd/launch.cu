@@ -96,9 +96,14 @@ int device_sms() {
 //
 // Time split (dense only: the segment grid needs every sequence's chunk count on the host): when
 // the chains at vs = 64 fill at most half of the multiprocessors, as many segments as keep one
-// wave of output CTAs, each of at least kMinSegmentChunks chunks (the transition and combine
-// passes cost ~1.5 plain chunk steps per segment chunk, so short segments do not pay).
+// wave of output CTAs at kSplitCtasPerSm per multiprocessor, each of at least kMinSegmentChunks
+// chunks (the transition and combine passes cost ~1.5 plain chunk steps per segment chunk, so
+// short segments do not pay).
 constexpr int64_t kMinSegmentChunks = 16;
+// The output pass's 4-warp CTAs (253 registers, 64 KB of shared memory at BT = 32) fit two per
+// multiprocessor, and its serial chunk steps are latency-bound, so two co-resident CTAs with
+// half the chunks each finish sooner than one with all of them.
+constexpr int64_t kSplitCtasPerSm = 2;
 
 struct ScanPlan {
   int vsplit = 1;
@@ -113,7 +118,8 @@ ScanPlan plan_scan(const Dims& d, int sms) {
   const int64_t chunks = (d.T + d.BT - 1) / d.BT;
   if (d.varlen || chains == 0 || chunks == 0) return plan;
   const int64_t ctas = chains * (d.V / 64);  // output CTAs per segment at vs = 64
-  const int64_t nseg = std::min<int64_t>(sms / ctas, chunks / kMinSegmentChunks);
+  if (2 * ctas > sms) return plan;
+  const int64_t nseg = std::min<int64_t>(kSplitCtasPerSm * sms / ctas, chunks / kMinSegmentChunks);
   if (nseg < 2) return plan;
   plan.vsplit = static_cast<int>(d.V / 64);
   plan.seg_chunks = (chunks + nseg - 1) / nseg;

@@ -254,7 +254,7 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
 // the chunk visible the same way (the kernel's pipeline: it refills sW / sQg with the next chunk
 // there). The transition pass (Tr::kTransition, segments.cuh) computes only X^T and the state
 // update, with u = 0 on the M columns (m_part) and no o.
-template <class Tr, class Mid>
+template <class Tr, int kVs, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
                                           int v0, bool m_part, const unsigned char* smem,
                                           float (&s)[Tr::kK / 8][4], Mid&& mid) {
@@ -266,11 +266,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   const uint32_t sKgT = smem_address(smem + Tr::kOffKgT);
   const float* sGamma = reinterpret_cast<const float*>(smem + Tr::kOffGamma);
   const float* sU = reinterpret_cast<const float*>(smem + Tr::kOffU);
-  // NOTE: scan_load_rest writes sU at the CTA's own width (kThreads / 2 columns) and this reads it
-  // at p.vs: every launch must have p.vs = 16 x its warps. launch_scan picks the output pass's
-  // warps from p.vs; the transition pass runs 4 warps, and plan_scan sets vs = 64 whenever it
-  // splits in time (an 8-warp transition variant that broke this failed the GPU tests).
-  const int ld_u = Tr::ld_u(p.vs);
+  // kVs: the CTA's value columns (16 per warp), the width at which scan_load_rest wrote sU.
+  constexpr int ld_u = Tr::ld_u(kVs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
 
@@ -355,17 +352,17 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
     // NOTE: the packed stores (fewer, wider) pay off with two warpgroups (scan 0.92 -> 0.88 ms at
     // B1-T8192-H96), whose stores contend for the LSU; with one warpgroup (vs = 64) the movmatrix
     // and shuffle latency sits on the serial chain instead (B1-T65536-H16: 5.53 -> 5.73 ms).
-    const bool packed = p.vs == 128;
+    constexpr bool packed = kVs == 128;
     switch (p.o_dtype) {
       case DType::kBF16:
-        if (packed) {
+        if constexpr (packed) {
           store_o_rows_b16<__nv_bfloat16>(p, o_warp, nv, o);
         } else {
           store_o_rows<__nv_bfloat16>(p, o_base, t, nv, o);
         }
         break;
       case DType::kF16:
-        if (packed) {
+        if constexpr (packed) {
           store_o_rows_b16<__half>(p, o_warp, nv, o);
         } else {
           store_o_rows<__half>(p, o_base, t, nv, o);

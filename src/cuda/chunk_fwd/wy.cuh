@@ -28,6 +28,7 @@
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/traits.h"
+#include "cuda/common/vec.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
@@ -37,8 +38,11 @@ namespace openkda::cuda::chunk_forward {
 //   qg: token rows i < nv of [tokens, K], thread (i, 4 columns d): float4 row reads and stores.
 //   kg^T: the chunk's whole tile (columns j >= nv are 0: k is 0 there), the scan's wgmma B
 //     operand of the state update (K-major, so transposed here), stored as [BT / 8][K][8]: element
-//     (d, j) at (j / 8) 8K + 8 d + j % 8. Thread (d, 8 columns j), a warp 32 consecutive d:
-//     conflict-free column reads of sK and sG, and 1 KB of contiguous stores.
+//     (d, j) at (j / 8) 8K + 8 d + j % 8. Thread (d, 4 columns j .. j + 3, j % 4 = 0), a warp 16
+//     consecutive d times both halves of an 8-column group: each store instruction writes 512
+//     contiguous bytes (whole sectors; 8 columns per thread wrote two 16-byte halves 32 bytes
+//     apart per instruction, half of every sector), and the column reads of sK and sG hit 32
+//     distinct banks (rows 4 apart, kLdX = 4 mod 32).
 template <class Tr>
 __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                  int64_t row0, int64_t slot, int hv,
@@ -60,18 +64,18 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
                     tf32_round(p.scale * q4.w * exp2_operand(g4.w)));
   }
   float* gKgT = p.kgT + (int64_t{hv} * p.slots + slot) * Tr::kK * Tr::kBT;
-  for (int idx = tid; idx < Tr::kK * (Tr::kBT / 8); idx += threads) {
-    const int d = idx % Tr::kK, j = 8 * (idx / Tr::kK);
+  for (int idx = tid; idx < Tr::kK * (Tr::kBT / 4); idx += threads) {
+    const int half = idx % 2, d = (idx / 2) % Tr::kK, j8 = 8 * (idx / (2 * Tr::kK));
+    const int j = j8 + 4 * half;
     const float gl = sGlast[d];
-    float y[8];
+    float y[4];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < 4; ++e) {
       const int at = (j + e) * kLd + d;
       y[e] = tf32_round(sK[at] * exp2_operand(gl - sG[at]));
     }
-    float4* dst = reinterpret_cast<float4*>(gKgT + (j * Tr::kK + 8 * d));
-    dst[0] = make_float4(y[0], y[1], y[2], y[3]);
-    dst[1] = make_float4(y[4], y[5], y[6], y[7]);
+    *reinterpret_cast<float4*>(gKgT + (j8 * Tr::kK + 8 * d + 4 * half)) =
+        make_float4(y[0], y[1], y[2], y[3]);
   }
   float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * Tr::kK;
   for (int d = tid; d < Tr::kK; d += threads) gGamma[d] = exp2f(sGlast[d]);
@@ -171,10 +175,8 @@ __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, co
     }
   }
   const auto store_rows = [&](float* gOut, int ld, int col, const float(&c)[4]) {
-    if (r0 < nv)
-      *reinterpret_cast<float2*>(gOut + int64_t{r0} * ld + col) = make_float2(c[0], c[1]);
-    if (r1 < nv)
-      *reinterpret_cast<float2*>(gOut + int64_t{r1} * ld + col) = make_float2(c[2], c[3]);
+    if (r0 < nv) store_f32x2(gOut + int64_t{r0} * ld + col, c[0], c[1]);
+    if (r1 < nv) store_f32x2(gOut + int64_t{r1} * ld + col, c[2], c[3]);
   };
 #pragma unroll
   for (int q = 0; q < kTilesW; ++q) {
