@@ -27,7 +27,7 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 // the shapes, on whether h is requested, and on the current device's SM count (the time split's
 // plan), never on device data. The kernels' chunk is BT = 32 whatever args.chunk_size (launch.cu:
 // kKernelChunk). With varlen the slot count is the bound floor((T + N (BT - 1)) / BT), so many
-// short sequences cost more than their tokens (N = T one-token sequences at K = V = 128: about 7x
+// short sequences cost more than their tokens (N = T one-token sequences at K = V = 128: about 8.5x
 // the workspace of one sequence of T tokens). 0 when chunk_fwd_can_implement fails.
 size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 
