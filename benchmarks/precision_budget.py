@@ -6,14 +6,17 @@ H=96, and ~0.34 ms of the prep's 1.75 ms there (src/cuda/chunk_fwd/README.md). T
 which narrower formats keep the issue's accuracy bar (rel-RMS <= 5e-3 against a float64
 reference) before any kernel is written for them.
 
-It runs the chunked algorithm of the CUDA kernels in float64 (chunk size 64, the same stages and
-intermediates: G cumsum, A_kk, A_qk, Tinv, w, u, qg, kg, gamma, then the state scan) with each
-workspace tensor rounded to a chosen format, and the scan's register operands (S and v_new)
-rounded to the tensor cores' operand format (tf32 today, round to nearest with ties away, as
-cvt.rna). Everything else stays float64: the prep's own products (A_kk, A_qk, Tinv), and S
-between chunks (the kernel keeps it in f32). So it measures what the workspace and operand
-formats add, not the kernels' whole error. The reference is the per-token recurrence in float64
-on the same bf16-rounded inputs. o is rounded to bf16 at the end, as the op returns it.
+It runs the chunked algorithm of the CUDA kernels in float64 (chunk size 32 by default, the
+kernels' own; the same stages and intermediates: G cumsum, A_kk, A_qk, Tinv, w, u, qg, kg,
+gamma, then the state scan) with each workspace tensor rounded to a chosen format, and the
+scan's register operands (S and v_new) rounded to the tensor cores' operand format (tf32 today,
+round to nearest with ties away, as cvt.rna). Everything else stays float64: the prep's own
+products (A_kk, A_qk, Tinv), and S between chunks (the kernel keeps it in f32). So it measures
+what the workspace and operand formats add, not the kernels' whole error. The last rows also
+round the prep's own product operands as the kernel forms them (16-row blocks anchored at their
+first row, Tinv in f32, then w = Tinv (beta k E), u = Tinv (beta v)) to tf32 (the kernels
+today), f16 or bf16. The reference is the per-token recurrence in float64 on the same
+bf16-rounded inputs. o is rounded to bf16 at the end, as the op returns it.
 
     python benchmarks/precision_budget.py            # a markdown table, ~1 s on one core
     python benchmarks/precision_budget.py --T 8192 --seed 1
@@ -85,9 +88,32 @@ def reference(q, k, v, g, beta, h0, scale):
     return o, S
 
 
-def chunked(q, k, v, g, beta, h0, scale, ws: dict, operand: str, BT: int = 64):
+def anchored_products(qc, kc, G, sub: int, fmt: str, diag_fmt: str):
+    """sum_d q_i k_j exp(G_i - G_j) and the same for k_i, as the prep's tensor-core products form
+    them (intra.cuh): 16-row blocks anchored at their first row a, operands x_i exp(G_i - G_a) and
+    k_j exp(G_a - G_j) rounded to `fmt` (`diag_fmt` in the diagonal blocks, where the k factor
+    exp(G_a - G_j) >= 1 reaches e^75 at lower_bound -5), products and sums exact. Columns past
+    each row block are left 0 (the caller masks the upper triangle)."""
+    n = qc.shape[0]
+    A_q, A_k = np.zeros((n, n)), np.zeros((n, n))
+    for r0 in range(0, n, sub):
+        rows = slice(r0, min(r0 + sub, n))
+        left = np.exp(G[rows] - G[r0])
+        for c0, f in ((0, fmt), (r0, diag_fmt)):  # blocks left of the diagonal, then the diagonal
+            cols = slice(c0, r0 if c0 < r0 else rows.stop)
+            if cols.stop <= cols.start:
+                continue
+            right = round_to(kc[cols] * np.exp(G[r0] - G[cols]), f)
+            A_q[rows, cols] = round_to(qc[rows] * left, f) @ right.T
+            A_k[rows, cols] = round_to(kc[rows] * left, f) @ right.T
+    return A_q, A_k
+
+
+def chunked(q, k, v, g, beta, h0, scale, ws: dict, operand: str, BT: int = 64, prep: str = "f64"):
     """The CUDA kernels' stages with the workspace tensors rounded to ws[name] and the scan's
-    register operands (S for X and O, v_new for O and the update) rounded to `operand`."""
+    register operands (S for X and O, v_new for O and the update) rounded to `operand`. `prep`:
+    the operand format of the prep's own products (A_qk / A_kk from anchored 16-row blocks, then
+    w = Tinv (beta k E) and u = Tinv (beta v)); f64 keeps them exact."""
     T, K = q.shape
     S = h0.copy()
     o = np.empty_like(v)
@@ -97,12 +123,22 @@ def chunked(q, k, v, g, beta, h0, scale, ws: dict, operand: str, BT: int = 64):
         n = qc.shape[0]
         G = np.cumsum(gc, axis=0)
         E = np.exp(G)
-        diff = np.exp(G[:, None, :] - G[None, :, :])  # exp(G_i - G_j), all pairs (exact)
-        A_kk = bc[:, None] * np.einsum("id,jd,ijd->ij", kc, kc, diff) * np.tri(n, k=-1)
-        A_qk = scale * np.einsum("id,jd,ijd->ij", qc, kc, diff) * np.tri(n)
+        if prep == "f64":
+            diff = np.exp(G[:, None, :] - G[None, :, :])  # exp(G_i - G_j), all pairs (exact)
+            P_qk = np.einsum("id,jd,ijd->ij", qc, kc, diff)
+            P_kk = np.einsum("id,jd,ijd->ij", kc, kc, diff)
+        else:
+            fmt, _, diag = prep.partition("/")  # "f16/tf32": f16 off the diagonal blocks
+            P_qk, P_kk = anchored_products(qc, kc, G, 16, fmt, diag or fmt)
+        A_kk = bc[:, None] * P_kk * np.tri(n, k=-1)
+        A_qk = scale * P_qk * np.tri(n)
         Tinv = np.linalg.inv(np.eye(n) + A_kk)
-        w = round_to(Tinv @ (bc[:, None] * kc * E), ws["w"])
-        u = round_to(Tinv @ (bc[:, None] * vc), ws["u"])
+        if prep != "f64":
+            Tinv = round_to(Tinv, "f32")  # the kernel's f32 forward substitution
+        wy = prep.partition("/")[0]
+        Top = round_to(Tinv, wy)
+        w = round_to(Top @ round_to(bc[:, None] * kc * E, wy), ws["w"])
+        u = round_to(Top @ round_to(bc[:, None] * vc, wy), ws["u"])
         qg = round_to(scale * qc * E, ws["qg"])
         kg = round_to(kc * np.exp(G[-1] - G), ws["kg"])
         A_qk = round_to(A_qk, ws["aqk"])
@@ -119,9 +155,12 @@ def rel_rms(ref, out):
     return float(np.sqrt(((out - ref) ** 2).mean()) / np.sqrt((ref ** 2).mean()))
 
 
+TODAY = dict(w="tf32", u="f32", qg="tf32", kg="tf32", aqk="tf32")
+ALL_F16 = dict(w="f16", u="f16", qg="f16", kg="f16", aqk="f16")
+
+# (name, workspace formats, scan operand format[, prep operand format, default f64: exact])
 SCHEMES = [
-    ("f32 workspace, tf32 operands (tf32-rounded w, qg, kg, A_qk: today)",
-     dict(w="tf32", u="f32", qg="tf32", kg="tf32", aqk="tf32"), "tf32"),
+    ("f32 workspace, tf32 operands (tf32-rounded w, qg, kg, A_qk: today)", TODAY, "tf32"),
     ("qg, u, A_qk bf16; w, kg tf32", dict(w="tf32", u="bf16", qg="bf16", kg="tf32", aqk="bf16"),
      "tf32"),
     ("qg, u, A_qk bf16; w, kg f16", dict(w="f16", u="bf16", qg="bf16", kg="f16", aqk="bf16"),
@@ -137,6 +176,16 @@ SCHEMES = [
     ("A_qk bf16 only", dict(w="tf32", u="f32", qg="tf32", kg="tf32", aqk="bf16"), "tf32"),
     ("all five bf16, bf16 operands (FLA's precision class)",
      dict(w="bf16", u="bf16", qg="bf16", kg="bf16", aqk="bf16"), "bf16"),
+    # The prep's own products with rounded operands (anchored 16-row blocks, f32 Tinv).
+    ("prep tf32 operands, workspace and scan as today (the kernels' whole format chain)", TODAY,
+     "tf32", "tf32"),
+    ("prep f16 operands (NaN: the diagonal blocks' k factors overflow f16)", TODAY, "tf32",
+     "f16"),
+    ("prep f16 operands, tf32 in the diagonal blocks; workspace and scan as today", TODAY, "tf32",
+     "f16/tf32"),
+    ("prep f16 operands, tf32 in the diagonal blocks; all five f16", ALL_F16, "tf32",
+     "f16/tf32"),
+    ("prep bf16 operands, workspace and scan as today", TODAY, "tf32", "bf16"),
 ]
 
 
@@ -145,21 +194,26 @@ def main() -> int:
     parser.add_argument("--T", type=int, default=2048)
     parser.add_argument("--K", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chunk", type=int, default=32, choices=(32, 64),
+                        help="chunk length (the CUDA kernels' is 32 since the seventh session)")
     args = parser.parse_args()
     scale = args.K ** -0.5
     results = {}
     for regime in ("standard", "long"):
         inputs = make_inputs(args.T, args.K, regime, args.seed)
+        # The f16 prep row overflows on purpose (it shows why the diagonal blocks need tf32).
+        np.seterr(over="ignore", invalid="ignore")
         ref_o, ref_S = reference(*inputs, scale)
-        for name, ws, operand in SCHEMES:
-            o, S = chunked(*inputs, scale, ws, operand)
+        for name, ws, operand, *prep in SCHEMES:
+            o, S = chunked(*inputs, scale, ws, operand, BT=args.chunk,
+                           prep=prep[0] if prep else "f64")
             results[(name, regime)] = (rel_rms(ref_o, o), rel_rms(ref_S, S))
-    print(f"T = {args.T}, K = V = {args.K}, chunk 64, seed {args.seed}; rel-RMS against the "
-          f"per-token float64 recurrence (o rounded to bf16; the bar is 5e-3)\n")
+    print(f"T = {args.T}, K = V = {args.K}, chunk {args.chunk}, seed {args.seed}; rel-RMS against "
+          f"the per-token float64 recurrence (o rounded to bf16; the bar is 5e-3)\n")
     print("| workspace / operands | o, standard | state, standard | o, long memory | "
           "state, long memory |")
     print("|---|---|---|---|---|")
-    for name, _, _ in SCHEMES:
+    for name, *_ in SCHEMES:
         s_o, s_S = results[(name, "standard")]
         l_o, l_S = results[(name, "long")]
         print(f"| {name} | {s_o:.2e} | {s_S:.2e} | {l_o:.2e} | {l_S:.2e} |")
