@@ -158,12 +158,13 @@ TEST(CurrentDevice, ChunkTensorsOnAnotherDeviceAreRefused) {
   }
 }
 
-// Under the CUDA scan's time split (few state chains, >= 32 chunks per sequence) the last segment
+// Under the CUDA scan's time split (few state chains, >= 32 kernel chunks of 32 tokens per
+// sequence, whatever chunk_size) the last segment
 // writes the final state while the first may still read the initial state: sharing memory is
 // refused there, and only there.
 TEST(TimeSplit, FinalStateSharingTheInitialStateIsRefused) {
   if (!openkda::build_config().cuda) GTEST_SKIP() << "no CUDA backend in this build";
-  for (const int64_t T : {2048, 64}) {  // 32 chunks: split; 1 chunk: serial scan
+  for (const int64_t T : {2048, 64}) {  // 64 kernel chunks: split; 2: serial scan
     Config c;
     c.B = 1;
     c.T = T;

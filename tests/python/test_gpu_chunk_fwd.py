@@ -282,7 +282,7 @@ def test_varlen_decreasing_device_cu_seqlens_stays_in_bounds():
     slots): o is unspecified there, but the op completes without a CUDA error (the chunk offsets
     are capped at the slots; compute-sanitizer memcheck sees no access outside the buffers), and
     the rows no sequence covers are 0."""
-    T, BT, cu = 300, 64, (5, 290, 10, 295)
+    T, BT, cu = 300, 32, (5, 290, 10, 295)  # BT: the kernels' chunk (launch.cu kKernelChunk)
     # As the kernels clamp them: [5, 290), [290, 290), [10, 295).
     spans = [(5, 290), (290, 290), (10, 295)]
     chunks = sum((b - a + BT - 1) // BT for a, b in spans)
@@ -321,9 +321,38 @@ def test_intermediate_states_varlen_h(case):
     _check_case(case, want_h=True)
 
 
+# ---- chunk_size sets where h is taken, nothing else ----------------------------------------------
+# The kernels always work in 32-token chunks (launch.cu kKernelChunk): at chunk_size 64 they take h
+# every second chunk (varlen: h_offsets, next to chunk_offsets). So o and the final state are
+# bitwise the same at 32 and 64, and h at 64 is every second h at 32 of each sequence.
+
+@pytest.mark.parametrize("cu", [None, (0, 0, 31, 31, 96, 200)], ids=["dense", "varlen"])
+def test_chunk_size_only_sets_the_snapshots(cu):
+    import dataclasses
+    case32 = _case(B=1 if cu else 2, T=200, H=2, HV=4, K=128, V=64, gate="lb", safe_gate=True,
+                   l2norm=True, beta="sigmoid", chunk_size=32, cu_seqlens=cu)
+    case64 = dataclasses.replace(case32, chunk_size=64)
+    inputs = _cuda_inputs(case32)
+    o32, ht32, h32 = _run(inputs, case32, want_h=True)
+    o64, ht64, h64 = _run(inputs, case64, want_h=True)
+    _assert_bitwise((o32, ht32), (o64, ht64), names=("o", "final_state"))
+    if cu is None:
+        rows32 = [list(range(0, h32.shape[1], 2))]
+    else:  # every second row of each sequence's own rows
+        rows32, base = [], 0
+        for a, b in zip(cu[:-1], cu[1:]):
+            n32 = (b - a + 31) // 32
+            rows32.append(list(range(base, base + n32, 2)))
+            base += n32
+        assert base == h32.shape[1], (base, h32.shape)
+    take = [r for seq in rows32 for r in seq]
+    assert len(take) == h64.shape[1], (take, h64.shape)
+    _assert_bitwise((h32[:, take],), (h64,), names=("h",))
+
+
 # ---- time split (src/cuda/chunk_fwd/segments.cuh) ---------------------------------------------------
-# Dense batches whose N * HV chains fill at most half of the SMs at vs = 64, with >= 32 chunks per
-# sequence, run the scan in segments (transition, combine, output passes). Every case here takes
+# Dense batches whose N * HV chains fill at most half of the SMs at vs = 64, with >= 32 kernel
+# chunks (32 tokens each, whatever chunk_size) per sequence, run the scan in segments (transition, combine, output passes). Every case here takes
 # that path (asserted through the combine kernel's launch), with each state option.
 
 SPLIT_CASES = [

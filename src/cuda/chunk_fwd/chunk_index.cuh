@@ -158,8 +158,9 @@ __device__ __forceinline__ void build_offsets(const ChunkFwdParams& p, int shift
     }
   }
   __syncthreads();
-  // Capped (cap < 2^31, chunk_fwd_can_implement): more chunks than the cap only come from
-  // decreasing device cu_seqlens; the cap keeps every index inside its buffer.
+  // Capped (slots < 2^31 by chunk_fwd_can_implement; h's rows fit an int32 for any h that fits in
+  // memory): more chunks than the cap only come from decreasing device cu_seqlens; the cap keeps
+  // every index inside its buffer.
   int64_t off = sWarpSum[warp] + incl - local;
   if (tid == 0) out[0] = 0;
   for (int64_t n = first; n < last; ++n) {

@@ -2,7 +2,9 @@
 // chunk_index.cuh, gate_cumsum.cuh, intra.cuh, wy.cuh and state.cuh (docs/design.md section 3).
 //
 //   openkda_fwd_chunk_index_kernel  varlen only: chunk_offsets = exclusive cumsum of
-//                                   ceil(len / BT)                              grid (1)
+//                                   ceil(len / BT), and h_offsets of ceil(len /
+//                                   chunk_size) when h is taken every second
+//                                   chunk                                       grid (1)
 //   openkda_fwd_prep_kernel         stages 1-3 per (chunk, value head): l2norm, gate, beta,
 //                                   G cumsum, A_qk, A_kk, Tinv, w, u, qg, kg^T, gamma ->
 //                                   workspace; varlen: o = 0 on the padding rows

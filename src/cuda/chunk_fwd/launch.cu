@@ -104,6 +104,11 @@ constexpr int64_t kMinSegmentChunks = 16;
 // multiprocessor, and its serial chunk steps are latency-bound, so two co-resident CTAs with
 // half the chunks each finish sooner than one with all of them.
 constexpr int64_t kSplitCtasPerSm = 2;
+static_assert(kSplitCtasPerSm *
+                      (chunk_forward::ScanTraits<128, chunk_forward::kKernelChunk>::smem_bytes(64) +
+                       1024) <=
+                  228 * 1024,
+              "kSplitCtasPerSm 4-warp output CTAs per SM (1 KB reserved per CTA) at K = 128");
 
 struct ScanPlan {
   int vsplit = 1;

@@ -21,7 +21,8 @@
 // of one chunk are one contiguous tile):
 //   chunk_offsets [N + 1] i32      first chunk of every sequence (varlen only)
 //   h_offsets     [N + 1] i32      first snapshot of every sequence (varlen with h and
-//                                  h_every > 1; otherwise it aliases chunk_offsets)
+//                                  h_every > 1; with h_every = 1 it aliases chunk_offsets;
+//                                  null without h or cu_seqlens)
 //   w, qg         [HV, tokens, K]  w = Tinv (beta k E); qg = scale q E
 //   kgT           [HV, slots, BT / 8, K, 8]  kg^T per chunk slot, kg = k exp2(G_last - G):
 //                 element (d, j) of a slot at (j / 8) 8K + 8d + j % 8 (columns j >= nv are 0)

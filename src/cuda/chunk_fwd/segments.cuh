@@ -16,7 +16,8 @@
 //      s = 0, seg_init after): o, the h snapshots, and the final state from the last segment.
 // Exactly causal (segment s reads only chunks before it) and bitwise deterministic (every sum has
 // a fixed order). The work is ~2.5x the plain scan's (pass 1 carries V + K columns), spread over
-// nseg times more CTAs; launch.cu picks nseg so that pass 3 fills the multiprocessors once.
+// nseg times more CTAs; launch.cu picks nseg so that pass 3 fills the multiprocessors once at
+// two CTAs per multiprocessor (kSplitCtasPerSm).
 //
 // Combine grid: one CTA of kCombineThreads per (chain n * HV + hv, block of kCombineCols value
 // columns). Thread tid owns state row d = tid / (kCombineThreads / K) and kCombineCols /

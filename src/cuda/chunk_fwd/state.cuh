@@ -37,10 +37,10 @@
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
 // chunks in order. Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K] and sA
-// [BT][BT] swizzled, sKgT [K][BT] swizzled, sGamma [K], sU [BT][vs + 4]: 147 KB at K = 128, BT =
-// 64, vs = 128. Pipeline (kernels.cuh): the next chunk's sW / sQg load while this chunk finishes
-// (after the first products), its sKgT / sA / sU / sGamma while the next chunk's first products
-// run; two cp.async groups per chunk, no extra shared memory.
+// [BT][BT] swizzled, sKgT [K][BT] swizzled, sGamma [K], sU [BT][vs + 4]: 70 KB at K = 128, BT =
+// 32, vs = 128 (62 KB at vs = 64: two 4-warp CTAs per SM). Pipeline (kernels.cuh): the next chunk's
+// sW / sQg load while this chunk finishes (after the first products), its sKgT / sA / sU / sGamma
+// while the next chunk's first products run; two cp.async groups per chunk, no extra shared memory.
 #pragma once
 
 #include <cstdint>

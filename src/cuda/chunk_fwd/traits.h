@@ -92,7 +92,8 @@ struct ScanTraits {
   static constexpr int kK = kK_;
   static constexpr int kBT = kBT_;
   // kTransition: the time split's first pass (segments.cuh), which needs no output tiles (sQg,
-  // sA): 83 KB at K = 128, BT = 64, so that two of its CTAs share a multiprocessor.
+  // sA): 42 KB at K = 128, BT = 32 (83 KB at BT = 64), so that two of its CTAs share a
+  // multiprocessor.
   static constexpr bool kTransition = kTransition_;
   // The kernel's warps (4 or 8: vs = 64 or 128 value columns, one or two warpgroups) are its
   // third template parameter (kernels.cuh).
