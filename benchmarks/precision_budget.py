@@ -22,7 +22,7 @@ bf16-rounded inputs. o is rounded to bf16 at the end, as the op returns it.
     python benchmarks/precision_budget.py --T 8192 --seed 1
 
 Formats: f32, tf32 (10-bit mantissa, f32 range), bf16 (7-bit mantissa), f16 (10-bit mantissa,
-max 65504, subnormals below 6.1e-5). Regimes: "standard" (raw gate N(0, 1) through the safe
+max 65504, subnormals below 6.1e-5), f16r (f16 with a power-of-two scale per row). Regimes: "standard" (raw gate N(0, 1) through the safe
 gate, v N(0, 1), h0 0.5 N(0, 1)) and "long memory" (raw gate -12, so the decay is ~1; v x 1e-3;
 h0 of magnitude 10), the regime that decides the state's budget.
 """
@@ -42,6 +42,13 @@ def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
         return x.astype(np.float32).astype(np.float64)
     if fmt == "f16":
         return x.astype(np.float16).astype(np.float64)
+    if fmt == "f16r":
+        # f16 with a power-of-two scale per row (the last axis), chosen so that the row's largest
+        # magnitude lands in [0.5, 1): the range fix the 2-byte workspace needs for u and w.
+        m = np.abs(x).max(axis=-1, keepdims=True)
+        e = np.where(m > 0, np.ceil(np.log2(np.where(m > 0, m, 1.0))), 0.0)
+        return (np.ldexp(x, -e.astype(int)).astype(np.float16).astype(np.float64)
+                * np.ldexp(1.0, e.astype(int)))
     # tf32: cvt.rna.tf32.f32 (ties away from zero); bf16: round to nearest even (as
     # __float2bfloat16). Finite inputs only.
     bits = {"tf32": 13, "bf16": 16}[fmt]  # low mantissa bits of an f32 dropped
@@ -56,7 +63,7 @@ def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
     return u.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def make_inputs(T: int, K: int, regime: str, seed: int):
+def make_inputs(T: int, K: int, regime: str, seed: int, v_scale: float = 1.0):
     rng = np.random.default_rng(seed)
     q = round_to(rng.standard_normal((T, K)), "bf16")
     k = round_to(rng.standard_normal((T, K)), "bf16")
@@ -67,7 +74,7 @@ def make_inputs(T: int, K: int, regime: str, seed: int):
         raw = np.full((T, K), -12.0)
         v = 1e-3 * v
         h0 = 10.0 * np.sign(rng.standard_normal((K, K)))
-    v = round_to(v, "bf16")
+    v = round_to(v_scale * v, "bf16")
     raw = round_to(raw, "bf16")
     beta = 1.0 / (1.0 + np.exp(-round_to(rng.standard_normal(T), "bf16")))
     # in-kernel l2norm and the safe gate (lower_bound = -5, A_log = 0, no dt_bias)
@@ -171,6 +178,8 @@ SCHEMES = [
      "tf32"),
     ("all five f16 (range permitting), tf32 operands",
      dict(w="f16", u="f16", qg="f16", kg="f16", aqk="f16"), "tf32"),
+    ("all five f16, u and w with row scales (f16r), tf32 operands",
+     dict(w="f16r", u="f16r", qg="f16", kg="f16", aqk="f16"), "tf32"),
     ("u bf16 only", dict(w="tf32", u="bf16", qg="tf32", kg="tf32", aqk="tf32"), "tf32"),
     ("qg bf16 only", dict(w="tf32", u="f32", qg="bf16", kg="tf32", aqk="tf32"), "tf32"),
     ("A_qk bf16 only", dict(w="tf32", u="f32", qg="tf32", kg="tf32", aqk="bf16"), "tf32"),
@@ -194,13 +203,15 @@ def main() -> int:
     parser.add_argument("--T", type=int, default=2048)
     parser.add_argument("--K", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--v-scale", type=float, default=1.0,
+                        help="multiplies v (e.g. 1e5: u leaves f16's range, f16r keeps it)")
     parser.add_argument("--chunk", type=int, default=32, choices=(32, 64),
                         help="chunk length (the CUDA kernels' is 32 since the seventh session)")
     args = parser.parse_args()
     scale = args.K ** -0.5
     results = {}
     for regime in ("standard", "long"):
-        inputs = make_inputs(args.T, args.K, regime, args.seed)
+        inputs = make_inputs(args.T, args.K, regime, args.seed, args.v_scale)
         # The f16 prep row overflows on purpose (it shows why the diagonal blocks need tf32).
         np.seterr(over="ignore", invalid="ignore")
         ref_o, ref_S = reference(*inputs, scale)
@@ -208,7 +219,8 @@ def main() -> int:
             o, S = chunked(*inputs, scale, ws, operand, BT=args.chunk,
                            prep=prep[0] if prep else "f64")
             results[(name, regime)] = (rel_rms(ref_o, o), rel_rms(ref_S, S))
-    print(f"T = {args.T}, K = V = {args.K}, chunk {args.chunk}, seed {args.seed}; rel-RMS against "
+    print(f"T = {args.T}, K = V = {args.K}, chunk {args.chunk}, seed {args.seed}, v x "
+          f"{args.v_scale:g}; rel-RMS against "
           f"the per-token float64 recurrence (o rounded to bf16; the bar is 5e-3)\n")
     print("| workspace / operands | o, standard | state, standard | o, long memory | "
           "state, long memory |")
