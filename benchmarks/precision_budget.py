@@ -22,9 +22,10 @@ bf16-rounded inputs. o is rounded to bf16 at the end, as the op returns it.
     python benchmarks/precision_budget.py --T 8192 --seed 1
 
 Formats: f32, tf32 (10-bit mantissa, f32 range), bf16 (7-bit mantissa), f16 (10-bit mantissa,
-max 65504, subnormals below 6.1e-5), f16r (f16 with a power-of-two scale per row). Regimes: "standard" (raw gate N(0, 1) through the safe
-gate, v N(0, 1), h0 0.5 N(0, 1)) and "long memory" (raw gate -12, so the decay is ~1; v x 1e-3;
-h0 of magnitude 10), the regime that decides the state's budget.
+max 65504, subnormals below 6.1e-5), f16r (f16 with a power-of-two scale per row). Regimes:
+"standard" (raw gate N(0, 1) through the safe gate, v N(0, 1), h0 0.5 N(0, 1)) and "long memory"
+(raw gate -12, so the decay is ~1; v x 1e-3; h0 of magnitude 10), the regime that decides the
+state's budget; --v-scale multiplies v in both (1e5 takes u past f16's range).
 """
 
 from __future__ import annotations
