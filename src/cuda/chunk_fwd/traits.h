@@ -33,12 +33,12 @@ struct PrepTraits {
   static constexpr int kV = kV_;    // value head dim
   static constexpr int kBT = kBT_;  // chunk size
   // NOTE: the prep's phases are short, serial and latency-bound, so what counts is how many
-  // independent CTAs share a multiprocessor. At BT = 32 (the only length launch.cu instantiates:
-  // kKernelChunk) the plan is 56 KB at K = V = 128, so three CTAs of 8 warps fit (<= 80
-  // registers, no spills; four would need 64 registers and spill). At BT = 64 the plan is 123 KB,
-  // one CTA per multiprocessor, where 16 warps measured best (Nsight Compute at 8: IPC 0.98).
-  static constexpr int kThreads = kBT == 64 ? 512 : 256;
-  static constexpr int kMinBlocks = kBT == 64 ? 1 : 3;  // CTAs per multiprocessor (launch bound)
+  // independent CTAs share a multiprocessor. At BT = 32 (launch.cu's kKernelChunk, the only length
+  // instantiated) the plan is 56 KB at K = V = 128, so three CTAs of 8 warps fit (<= 80
+  // registers, no spills; four would need 64 registers and spill). A 64-token prep (123 KB, one
+  // CTA per multiprocessor) ran best at 512 threads (chunk_fwd README, sixth session).
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocks = 3;  // CTAs per multiprocessor (launch bound)
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kNB = kBT / kSubChunk;  // 16-row blocks per chunk
 
@@ -72,7 +72,7 @@ struct PrepTraits {
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
   static_assert(kV == 64 || kV == 128, "compiled head dims: V in {64, 128}");
-  static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64");
+  static_assert(kBT == 32, "thread count and occupancy planned for 32-token chunks");
   static_assert(kLdX % 32 == 4 && kLdA % 32 == 8, "bank-conflict-free fragment reads");
   static_assert(kOffK % 4 == 0 && kOffG % 4 == 0 && kOffA % 4 == 0 && kOffBeta % 4 == 0 &&
                     kOffScr % 4 == 0,
@@ -85,6 +85,8 @@ struct PrepTraits {
                     (kV / 8) % (kWarps / kNB) == 0,
                 "w / u product: whole 8-column tiles per warp");
   static_assert(kSmemBytes <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
+  static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024,
+                "kMinBlocks CTAs per multiprocessor (1 KB reserved per CTA)");
 };
 
 template <int kK_, int kBT_, bool kTransition_ = false>
