@@ -20,16 +20,20 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// f32 -> tf32 (10-bit mantissa), round to nearest, ties away from zero.
+// f32 -> tf32 operand bits (10-bit mantissa), round to nearest, ties away from zero: half a tf32
+// ulp (0x1000) is added to the bits of a finite x, and the tensor cores (mma.sync and wgmma) ignore
+// the low 13 bits of a tf32 operand, so the operand is the one cvt.rna.tf32.f32 gives, at two
+// instructions (FSETP, IADD) instead of three (cvt.rna also clears the low bits; CUTLASS calls
+// this rounding round_half_ulp_truncate). inf and NaN pass unchanged, as through cvt.rna.
 __device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
+  const uint32_t bits = __float_as_uint(x);
+  return fabsf(x) < __uint_as_float(0x7f800000u) ? bits + 0x1000u : bits;
 }
 
-// x rounded to tf32 (cvt.rna) as an f32 value whose low 13 bits are 0. Tiles that are only ever
-// mma operands are stored rounded (once per element, by their producer), and their readers pass
-// the raw bits (tf32_bits) instead of converting at every use: the same operand, bit for bit.
+// x rounded to tf32 (as cvt.rna.tf32.f32) as an f32 value whose low 13 bits are 0. Tiles that are
+// only ever mma operands are stored rounded (once per element, by their producer), and their
+// readers pass the raw bits (tf32_bits) instead of converting at every use: the same operand, bit
+// for bit.
 __device__ __forceinline__ float tf32_round(float x) {
   return __uint_as_float(to_tf32(x) & 0xffffe000u);
 }
