@@ -63,6 +63,24 @@ __device__ __forceinline__ void store_run_smem(float* dst, const float (&x)[kPer
   }
 }
 
+// kPer consecutive elements from offset `i` of one run-time dtype, converted to f32: scalar loads
+// (no alignment needed beyond the element's: dt_bias may be any view), one dtype switch for the run
+// (load_f32 per element switched per element, about 150 instructions per warp for dt_bias).
+template <int kPer>
+__device__ __forceinline__ void load_scalars(const void* base, DType dtype, int64_t i,
+                                             float (&out)[kPer]) {
+  const auto run = [&](const auto* ptr) {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) out[e] = to_f32(ptr[i + e]);
+  };
+  switch (dtype) {
+    case DType::kBF16: run(static_cast<const __nv_bfloat16*>(base)); break;
+    case DType::kF16: run(static_cast<const __half*>(base)); break;
+    case DType::kF64: run(static_cast<const double*>(base)); break;
+    default: run(static_cast<const float*>(base)); break;
+  }
+}
+
 // kRows runs of kPer elements (at element offsets off[r]) of one run-time dtype, converted to f32.
 // The dtype switch sits outside the row loop so that every load of the batch is issued before the
 // first conversion waits on one (one memory round trip per batch instead of one per row).
@@ -125,28 +143,30 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
 }
 
 // L2 prefetch of the chunk's g, v and beta rows (rows < nv only), issued before the q / k loads so
-// that their later loads hit L2: one 128-byte line per task, tasks (row i, line l) with the g lines
-// of a row before its v lines, spread over all threads (one task per thread for bf16 rows of a full
-// chunk), then thread i < nv the beta of row i.
+// that their later loads hit L2: one 128-byte line per prefetch (K, V in {64, 128}: whole lines
+// for every dtype). Thread (row i, j), kThreads / BT threads per row, takes the row's lines j,
+// j + kThreads / BT, ... with the g lines before the v lines (one line per thread for bf16 rows of
+// a full chunk at K = V = 128; no division by the run-time line count); lane j = 0 of a row also
+// takes its beta.
 template <class Tr>
 __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                       int hv) {
+  constexpr int kPerRow = Tr::kThreads / Tr::kBT;
+  static_assert(Tr::kThreads % Tr::kBT == 0, "whole threads per row");
+  const int i = static_cast<int>(threadIdx.x) / kPerRow, j = static_cast<int>(threadIdx.x) % kPerRow;
+  if (i >= cc.nv) return;
   const int g_row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
   const int v_row_bytes = Tr::kV * static_cast<int>(dtype_size(p.v_dtype));
-  const int g_lines = g_row_bytes / 128;  // K, V in {64, 128}: whole lines for every dtype
-  const int row_lines = g_lines + v_row_bytes / 128;
-  const char* gbase = static_cast<const char*>(p.g);
-  const char* vbase = static_cast<const char*>(p.v);
-  for (int task = threadIdx.x; task < cc.nv * row_lines; task += Tr::kThreads) {
-    const int i = task / row_lines, l = task - i * row_lines;
-    const int64_t tok_head = (cc.t0 + i) * p.HV + hv;
-    prefetch_l2(l < g_lines ? gbase + tok_head * g_row_bytes + 128 * l
-                            : vbase + tok_head * v_row_bytes + 128 * (l - g_lines));
+  const int g_lines = g_row_bytes / 128;
+  const int64_t tok_head = (cc.t0 + i) * p.HV + hv;
+  const char* g_row = static_cast<const char*>(p.g) + tok_head * g_row_bytes;
+  const char* v_row = static_cast<const char*>(p.v) + tok_head * v_row_bytes;
+  for (int l = j; l < g_lines + v_row_bytes / 128; l += kPerRow) {
+    prefetch_l2(l < g_lines ? g_row + 128 * l : v_row + 128 * (l - g_lines));
   }
-  if (static_cast<int>(threadIdx.x) < cc.nv) {
+  if (j == 0) {
     prefetch_l2(static_cast<const char*>(p.beta) +
-                ((cc.t0 + threadIdx.x) * p.HV + hv) *
-                    static_cast<int64_t>(dtype_size(p.beta_dtype)));
+                tok_head * static_cast<int64_t>(dtype_size(p.beta_dtype)));
   }
 }
 
@@ -183,12 +203,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
 #pragma unroll
   for (int e = 0; e < kPer; ++e) bias[e] = 0.0f;
   if (p.gate_mode != GateMode::kPre) {
-    if (p.dt_bias) {
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) {
-        bias[e] = load_f32(p.dt_bias, p.dt_bias_dtype, int64_t{hv} * Tr::kK + d0 + e);
-      }
-    }
+    if (p.dt_bias) load_scalars(p.dt_bias, p.dt_bias_dtype, int64_t{hv} * Tr::kK + d0, bias);
     if (p.A_log) head_factor = exp_f32(load_f32(p.A_log, p.A_log_dtype, hv));
   }
 
@@ -217,13 +232,18 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   } else if (p.gate_mode == GateMode::kSoftplus) {
     gate_activation_rows<GateMode::kSoftplus>(p.lower_bound, head_factor, bias, xg);
   }
+  if (cc.nv < Tr::kBT) {  // a tail chunk (block-uniform branch: full chunks skip the selects)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (warp + Tr::kWarps * r >= cc.nv) {
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) xq[r][e] = xk[r][e] = xg[r][e] = 0.0f;
+      }
+    }
+  }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int i = warp + Tr::kWarps * r;
-    if (i >= cc.nv) {
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) xq[r][e] = xk[r][e] = xg[r][e] = 0.0f;
-    }
     store_run_smem<kPer>(sQ + i * Tr::kLdX + d0, xq[r]);
     store_run_smem<kPer>(sK + i * Tr::kLdX + d0, xk[r]);
     store_run_smem<kPer>(sG + i * Tr::kLdX + d0, xg[r]);

@@ -20,7 +20,7 @@
 //   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), one warp per block pair (rb, cb)
 //   computing both matrices' blocks (shared anchor factors and B operand); the exp2 factors of
 //   their operands are exp2_operand (rounded to tf32 right after).
-//   A_qk goes straight to the workspace, rounded to tf32 (only the scan's mma reads it; rows
+//   A_qk goes straight to the workspace as tf32 operands (only the scan's wgmma reads it; rows
 //   i < nv only: the tile is token-indexed, rows past the chunk belong to the next chunk); A_kk
 //   stays in shared memory in f32 (the inverse reads it).
 //
@@ -84,7 +84,7 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv
     }
     if (lane < kSubChunk) {
       sA[i * Tr::kLdA + j0 + lane] = my_kk;
-      if (i < nv) gAqk[int64_t{i} * Tr::kBT + j0 + lane] = tf32_round(my_qk);
+      if (i < nv) gAqk[int64_t{i} * Tr::kBT + j0 + lane] = tf32_operand(my_qk);
     }
   }
 }
@@ -176,9 +176,9 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, 
       const float k0 = akk[nh][2 * half], k1 = akk[nh][2 * half + 1];
       *reinterpret_cast<float2*>(sA + i * Tr::kLdA + j) =
           make_float2(j < i ? beta_r[half] * k0 : 0.0f, j + 1 < i ? beta_r[half] * k1 : 0.0f);
-      if (i < nv) {  // A_qk: only ever an mma operand (scan), stored tf32-rounded
+      if (i < nv) {  // A_qk: only ever an mma operand (scan), stored as tf32 operands
         *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) = make_float2(
-            j <= i ? tf32_round(p.scale * q0) : 0.0f, j + 1 <= i ? tf32_round(p.scale * q1) : 0.0f);
+            j <= i ? tf32_operand(p.scale * q0) : 0.0f, j + 1 <= i ? tf32_operand(p.scale * q1) : 0.0f);
       }
     }
   }

@@ -30,15 +30,16 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   return fabsf(x) < __uint_as_float(0x7f800000u) ? bits + 0x1000u : bits;
 }
 
-// x rounded to tf32 (as cvt.rna.tf32.f32) as an f32 value whose low 13 bits are 0. Tiles that are
-// only ever mma operands are stored rounded (once per element, by their producer), and their
-// readers pass the raw bits (tf32_bits) instead of converting at every use: the same operand, bit
-// for bit.
-__device__ __forceinline__ float tf32_round(float x) {
-  return __uint_as_float(to_tf32(x) & 0xffffe000u);
+// x as a stored tf32 operand: the bits of to_tf32(x) kept in an f32 slot. Tiles whose every reader
+// is a tensor-core operand (mma.sync here, wgmma in the scan) are stored this way, once per element
+// by their producer, and their readers pass the bits on (tf32_bits) instead of converting at every
+// use: the same operand, bit for bit. The low 13 bits are not cleared (the tensor cores ignore
+// them), so the f32 value is within half a tf32 ulp of the operand: never read it as an f32.
+__device__ __forceinline__ float tf32_operand(float x) {
+  return __uint_as_float(to_tf32(x));
 }
-__device__ __forceinline__ uint32_t tf32_bits(float x_rounded) {
-  return __float_as_uint(x_rounded);
+__device__ __forceinline__ uint32_t tf32_bits(float x_operand) {
+  return __float_as_uint(x_operand);
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,

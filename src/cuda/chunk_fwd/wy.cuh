@@ -4,7 +4,8 @@
 // What it computes, for rows i < nv of one chunk (rows past the chunk are never written to the
 // token-indexed tiles w, qg, u: those rows belong to the next chunk; the per-slot kg^T tile is
 // written whole, with zero columns j >= nv):
-// w, qg and kg (and the w / u operands in sQ, sK) are stored rounded to tf32: only mma reads them.
+// w, qg and kg (and the w / u operands in sQ, sK) are stored as tf32 operands (tf32_operand,
+// mma.cuh): only tensor cores read them.
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
 //                                                   transposed per chunk slot, params.h)
@@ -56,12 +57,12 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
     const int i = idx / kC4, d = 4 * (idx % kC4);
     const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
     const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
-    // Every factor below ends in a tf32-rounded operand: exp2_operand (math.cuh).
+    // Every factor below ends in a tf32 operand: exp2_operand (math.cuh).
     *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) =
-        make_float4(tf32_round(p.scale * q4.x * exp2_operand(g4.x)),
-                    tf32_round(p.scale * q4.y * exp2_operand(g4.y)),
-                    tf32_round(p.scale * q4.z * exp2_operand(g4.z)),
-                    tf32_round(p.scale * q4.w * exp2_operand(g4.w)));
+        make_float4(tf32_operand(p.scale * q4.x * exp2_operand(g4.x)),
+                    tf32_operand(p.scale * q4.y * exp2_operand(g4.y)),
+                    tf32_operand(p.scale * q4.z * exp2_operand(g4.z)),
+                    tf32_operand(p.scale * q4.w * exp2_operand(g4.w)));
   }
   float* gKgT = p.kgT + (int64_t{hv} * p.slots + slot) * Tr::kK * Tr::kBT;
   for (int idx = tid; idx < Tr::kK * (Tr::kBT / 4); idx += threads) {
@@ -72,7 +73,7 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int at = (j + e) * kLd + d;
-      y[e] = tf32_round(sK[at] * exp2_operand(gl - sG[at]));
+      y[e] = tf32_operand(sK[at] * exp2_operand(gl - sG[at]));
     }
     *reinterpret_cast<float4*>(gKgT + (j8 * Tr::kK + 8 * d + 4 * half)) =
         make_float4(y[0], y[1], y[2], y[3]);
@@ -94,8 +95,8 @@ __device__ __forceinline__ void gate_w_operand(float* sQ, const float* sK, const
     const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
     const float b = sBeta[i];
     *reinterpret_cast<float4*>(sQ + i * kLd + d) = make_float4(
-        tf32_round(b * k4.x * exp2_operand(g4.x)), tf32_round(b * k4.y * exp2_operand(g4.y)),
-        tf32_round(b * k4.z * exp2_operand(g4.z)), tf32_round(b * k4.w * exp2_operand(g4.w)));
+        tf32_operand(b * k4.x * exp2_operand(g4.x)), tf32_operand(b * k4.y * exp2_operand(g4.y)),
+        tf32_operand(b * k4.z * exp2_operand(g4.z)), tf32_operand(b * k4.w * exp2_operand(g4.w)));
   }
 }
 
@@ -125,15 +126,15 @@ __device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const Chunk
     const float b = i < cc.nv ? sBeta[i] : 0.0f;
     float y[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) y[m] = i < cc.nv ? tf32_round(x[r][m] * b) : 0.0f;
+    for (int m = 0; m < 4; ++m) y[m] = i < cc.nv ? tf32_operand(x[r][m] * b) : 0.0f;
     *reinterpret_cast<float4*>(sK + i * Tr::kLdX + e) = make_float4(y[0], y[1], y[2], y[3]);
   }
 }
 
 // w = Tinv sQ and u = Tinv sK for rows i < nv, in one pass over the Tinv fragments (each A
 // fragment is read and converted once for both products). gW: row 0 of the chunk's [rows, K] tile,
-// gU of its [rows, V] tile. sQ, sK hold tf32-rounded values (gate_w_operand, load_beta_v). w is
-// only ever an mma operand (the scan), so it is stored tf32-rounded too; u is not (the scan
+// gU of its [rows, V] tile. sQ, sK hold tf32 operands (gate_w_operand, load_beta_v). w is only
+// ever an mma operand (the scan), so it is stored as a tf32 operand too; u is not (the scan
 // subtracts it in f32).
 template <class Tr>
 __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, const float* sK,
@@ -180,8 +181,8 @@ __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, co
   };
 #pragma unroll
   for (int q = 0; q < kTilesW; ++q) {
-    const float c[4] = {tf32_round(acc_w[q][0]), tf32_round(acc_w[q][1]), tf32_round(acc_w[q][2]),
-                        tf32_round(acc_w[q][3])};
+    const float c[4] = {tf32_operand(acc_w[q][0]), tf32_operand(acc_w[q][1]), tf32_operand(acc_w[q][2]),
+                        tf32_operand(acc_w[q][3])};
     store_rows(gW, Tr::kK, 8 * (ng * kTilesW + q) + 2 * t, c);
   }
 #pragma unroll
