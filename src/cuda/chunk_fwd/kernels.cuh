@@ -128,9 +128,12 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   using Tr = ScanTraits<kK, kBT, kTransition>;
   static_assert(!kTransition || kWarps == 4, "transition pass: 64 columns per CTA");
   extern __shared__ float4 smem_f4[];
-  // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack).
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_f4) + (Tr::kAlign - 1)) & ~uintptr_t{Tr::kAlign - 1});
+  // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack). The base
+  // is an offset from smem_f4, not an integer round trip, so that the compiler still knows that it
+  // points into shared memory: its plain reads (sU, sGamma) are then LDS, not generic loads.
+  const uint32_t misalign = smem_address(smem_f4) % Tr::kAlign;
+  unsigned char* smem =
+      reinterpret_cast<unsigned char*>(smem_f4) + (misalign ? Tr::kAlign - misalign : 0);
 
   const int slices = kTransition ? (p.V + kK) / 64 : p.vsplit;
   const int64_t cta = blockIdx.x;

@@ -304,7 +304,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   // sW and sQg are dead from here on; sKgT, sA, sU, sGamma are ready after the hook.
   mid();
 
-  // v_new^T = u^T - X^T (rows past the chunk: 0), then as A operands.
+  // v_new^T = u^T - X^T (rows past the chunk: 0, whatever X holds there), then as A operands. The
+  // row test only runs in tail chunks (nv is block-uniform).
   uint32_t va[kNJ][4];
 #pragma unroll
   for (int nn = 0; nn < kNJ; ++nn) {
@@ -312,7 +313,13 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 8 * nn + t + 4 * (e % 2);
-      vn[e] = j >= nv ? 0.0f : m_part ? -x[nn][e] : sU[j * ld_u + vl + 8 * (e / 2)] - x[nn][e];
+      vn[e] = m_part ? -x[nn][e] : sU[j * ld_u + vl + 8 * (e / 2)] - x[nn][e];
+    }
+    if (nv < Tr::kBT) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (8 * nn + t + 4 * (e % 2) >= nv) vn[e] = 0.0f;
+      }
     }
     a_from_acc(vn, va[nn]);
   }
