@@ -153,7 +153,8 @@ __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, c
                                                       int hv) {
   constexpr int kPerRow = Tr::kThreads / Tr::kBT;
   static_assert(Tr::kThreads % Tr::kBT == 0, "whole threads per row");
-  const int i = static_cast<int>(threadIdx.x) / kPerRow, j = static_cast<int>(threadIdx.x) % kPerRow;
+  const int i = static_cast<int>(threadIdx.x) / kPerRow,
+            j = static_cast<int>(threadIdx.x) % kPerRow;
   if (i >= cc.nv) return;
   const int g_row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
   const int v_row_bytes = Tr::kV * static_cast<int>(dtype_size(p.v_dtype));

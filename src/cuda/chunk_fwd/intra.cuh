@@ -177,8 +177,9 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, 
       *reinterpret_cast<float2*>(sA + i * Tr::kLdA + j) =
           make_float2(j < i ? beta_r[half] * k0 : 0.0f, j + 1 < i ? beta_r[half] * k1 : 0.0f);
       if (i < nv) {  // A_qk: only ever an mma operand (scan), stored as tf32 operands
-        *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) = make_float2(
-            j <= i ? tf32_operand(p.scale * q0) : 0.0f, j + 1 <= i ? tf32_operand(p.scale * q1) : 0.0f);
+        *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) =
+            make_float2(j <= i ? tf32_operand(p.scale * q0) : 0.0f,
+                        j + 1 <= i ? tf32_operand(p.scale * q1) : 0.0f);
       }
     }
   }

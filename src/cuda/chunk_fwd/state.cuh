@@ -10,8 +10,8 @@
 // The state is held transposed, S^T [V, K], in f32 accumulators: warpgroup wg of the CTA owns the
 // 64 value columns v0 + 64 wg .. + 63 (rows of S^T; warp w the 16 from v0 + 16 w) and all K rows,
 // K / 2 registers per thread. Products (tf32 operands, f32 accumulation; w, qg, kg and A_qk come
-// from the prep kernel as tf32 operands, S^T and v_new are rounded here), all wgmma m64 x N x 8 with
-// A from registers:
+// from the prep kernel as tf32 operands, S^T and v_new are rounded here), all wgmma m64 x N x 8
+// with A from registers:
 //   X^T = S^T w^T,  O^T = S^T qg^T     N = BT, A = S^T, B = sW / sQg
 //   O^T += v_new^T A_qk^T              N = BT, A = v_new^T, B = sA
 //   S^T = S^T diag(gamma) + v_new^T kg N = K, A = v_new^T, B = sKgT (kg^T, which the prep stores

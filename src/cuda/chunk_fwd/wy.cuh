@@ -181,8 +181,8 @@ __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, co
   };
 #pragma unroll
   for (int q = 0; q < kTilesW; ++q) {
-    const float c[4] = {tf32_operand(acc_w[q][0]), tf32_operand(acc_w[q][1]), tf32_operand(acc_w[q][2]),
-                        tf32_operand(acc_w[q][3])};
+    const float c[4] = {tf32_operand(acc_w[q][0]), tf32_operand(acc_w[q][1]),
+                        tf32_operand(acc_w[q][2]), tf32_operand(acc_w[q][3])};
     store_rows(gW, Tr::kK, 8 * (ng * kTilesW + q) + 2 * t, c);
   }
 #pragma unroll
