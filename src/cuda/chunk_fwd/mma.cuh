@@ -24,7 +24,10 @@ namespace openkda::cuda::chunk_forward {
 // ulp (0x1000) is added to the bits of a finite x, and the tensor cores (mma.sync and wgmma) ignore
 // the low 13 bits of a tf32 operand, so the operand is the one cvt.rna.tf32.f32 gives, at two
 // instructions (FSETP, IADD) instead of three (cvt.rna also clears the low bits; CUTLASS calls
-// this rounding round_half_ulp_truncate). inf and NaN pass unchanged, as through cvt.rna.
+// this rounding round_half_ulp_truncate). inf and NaN pass unchanged, as through cvt.rna. One edge
+// differs in the bits only: a finite |x| >= 0x7f7ff000 (the top 2^-11 of the f32 range; no bf16 or
+// f16 input gets there) becomes 0x7f800000 plus low bits, an inf to a truncating tensor core and
+// a NaN pattern as an f32, where cvt.rna gives 0x7f800000.
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   const uint32_t bits = __float_as_uint(x);
   return fabsf(x) < __uint_as_float(0x7f800000u) ? bits + 0x1000u : bits;
