@@ -257,15 +257,22 @@ def test_varlen(case):
     _check_case(case)
 
 
-def _device_cu_call(cu: tuple, T: int = 300, HV: int = 4):
-    """chunk_kda with device cu_seqlens `cu` (values the host never reads or checks) on T tokens
-    of bf16 inputs; o comes NaN-poisoned."""
-    case = _case(T=T, cu_seqlens=(0, T), H=2, HV=HV, K=128, V=128, gate="softplus", l2norm=True)
+def _device_cu_call(cu: tuple, T: int = 300, HV: int = 4, chunk_size: int = 0):
+    """chunk_kda with device cu_seqlens `cu` (values the kernels never have checked) on T tokens
+    of bf16 inputs; o comes NaN-poisoned. chunk_size > 0: also return_intermediate_states at that
+    chunk size, with h sized on the host from `cu` (chunk.py _num_chunks) -> (o, h); else o."""
+    case = _case(T=T, cu_seqlens=(0, T), H=2, HV=HV, K=128, V=128, gate="softplus", l2norm=True,
+                 chunk_size=chunk_size or 64)
     inputs = _cuda_inputs(case)
     inputs["cu_seqlens"] = torch.tensor(cu, dtype=torch.int32, device=DEV)
     inputs["initial_state"] = None
     args, kw = chunk_call(inputs, case)
     _poison(((1, T, HV, 128), torch.bfloat16))
+    if chunk_size:
+        with torch.inference_mode():
+            o, _, h = openkda.chunk_kda(*args, return_intermediate_states=True, **kw)
+        torch.cuda.synchronize()
+        return o, h
     o, _ = openkda.chunk_kda(*args, **kw)
     torch.cuda.synchronize()
     return o
@@ -289,6 +296,24 @@ def test_varlen_decreasing_device_cu_seqlens_stays_in_bounds():
     slots = (T + (len(cu) - 1) * (BT - 1)) // BT  # launch.cu WorkspaceLayout, varlen
     assert chunks > slots, (chunks, slots)
     o = _device_cu_call(cu, T=T)
+    assert torch.equal(o[:, :5], torch.zeros_like(o[:, :5]))
+    assert torch.equal(o[:, 295:], torch.zeros_like(o[:, 295:]))
+
+
+@pytest.mark.parametrize("chunk_size", [32, 64])
+def test_varlen_decreasing_device_cu_seqlens_with_h_stays_in_bounds(chunk_size):
+    """The same decreasing device cu_seqlens with return_intermediate_states: the host sizes h from
+    them (negative lengths count negative chunks), so h has fewer rows than the kernels' clamped
+    sequences take snapshots and the snapshot offsets hit their cap (chunk_index.cuh
+    build_offsets; at chunk_size 64 the separate h_offsets). The op completes without a CUDA error
+    and the rows no sequence covers are 0."""
+    T, cu = 300, (5, 290, 10, 295)
+    spans = [(5, 290), (290, 290), (10, 295)]  # as the kernels clamp them
+    snapshots = sum((b - a + chunk_size - 1) // chunk_size for a, b in spans)
+    host_rows = sum((b - a + chunk_size - 1) // chunk_size for a, b in zip(cu[:-1], cu[1:]))
+    assert 0 < host_rows < snapshots, (host_rows, snapshots)
+    o, h = _device_cu_call(cu, T=T, chunk_size=chunk_size)
+    assert h.shape[1] == host_rows
     assert torch.equal(o[:, :5], torch.zeros_like(o[:, :5]))
     assert torch.equal(o[:, 295:], torch.zeros_like(o[:, 295:]))
 
