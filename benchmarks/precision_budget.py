@@ -15,14 +15,17 @@ products (A_kk, A_qk, Tinv), and S between chunks (the kernel keeps it in f32). 
 what the workspace and operand formats add, not the kernels' whole error. The last rows also
 round the prep's own product operands as the kernel forms them (16-row blocks anchored at their
 first row, Tinv in f32, then w = Tinv (beta k E), u = Tinv (beta v)) to tf32 (the kernels
-today), f16 or bf16. The reference is the per-token recurrence in float64 on the same
-bf16-rounded inputs. o is rounded to bf16 at the end, as the op returns it.
+today), f16 or bf16; the last rows round the scan's operands S and v_new to f16 as well (the
+operands of f16 wgmma), S optionally with a power-of-two scale per value column. The reference is
+the per-token recurrence in float64 on the same bf16-rounded inputs. o is rounded to bf16 at the
+end, as the op returns it.
 
     python benchmarks/precision_budget.py            # a markdown table, ~1 s on one core
     python benchmarks/precision_budget.py --T 8192 --seed 1
 
 Formats: f32, tf32 (10-bit mantissa, f32 range), bf16 (7-bit mantissa), f16 (10-bit mantissa,
-max 65504, subnormals below 6.1e-5), f16r (f16 with a power-of-two scale per row). Regimes:
+max 65504, subnormals below 6.1e-5), f16r / f16c (f16 with a power-of-two scale per row / per
+column). Regimes:
 "standard" (raw gate N(0, 1) through the safe gate, v N(0, 1), h0 0.5 N(0, 1)) and "long memory"
 (raw gate -12, so the decay is ~1; v x 1e-3; h0 of magnitude 10), the regime that decides the
 state's budget; --v-scale multiplies v in both (1e5 takes u past f16's range).
@@ -43,10 +46,12 @@ def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
         return x.astype(np.float32).astype(np.float64)
     if fmt == "f16":
         return x.astype(np.float16).astype(np.float64)
-    if fmt == "f16r":
-        # f16 with a power-of-two scale per row (the last axis), chosen so that the row's largest
-        # magnitude lands in [0.5, 1): the range fix the 2-byte workspace needs for u and w.
-        m = np.abs(x).max(axis=-1, keepdims=True)
+    if fmt in ("f16r", "f16c"):
+        # f16 with a power-of-two scale per row (f16r: along the last axis) or per column (f16c:
+        # along the first), chosen so that the largest magnitude lands in [0.5, 1): the range fix
+        # the 2-byte workspace needs for u and w (f16r), and a scan operand S [K, V] scaled per
+        # value column, i.e. per row of the wgmma A operand S^T (f16c).
+        m = np.abs(x).max(axis=-1 if fmt == "f16r" else 0, keepdims=True)
         e = np.where(m > 0, np.ceil(np.log2(np.where(m > 0, m, 1.0))), 0.0)
         return (np.ldexp(x, -e.astype(int)).astype(np.float16).astype(np.float64)
                 * np.ldexp(1.0, e.astype(int)))
@@ -151,9 +156,10 @@ def chunked(q, k, v, g, beta, h0, scale, ws: dict, operand: str, BT: int = 64, p
         kg = round_to(kc * np.exp(G[-1] - G), ws["kg"])
         A_qk = round_to(A_qk, ws["aqk"])
         gamma = np.exp(G[-1])
-        Sop = round_to(S, operand)
+        s_fmt, _, v_fmt = operand.partition("/")  # "f16c/f16": S per-column f16, v_new f16
+        Sop = round_to(S, s_fmt)
         v_new = u - w @ Sop
-        vop = round_to(v_new, operand)
+        vop = round_to(v_new, v_fmt or s_fmt)
         o[sl] = qg @ Sop + A_qk @ vop
         S = gamma[:, None] * S + kg.T @ vop
     return round_to(o, "bf16"), S
@@ -196,6 +202,15 @@ SCHEMES = [
     ("prep f16 operands, tf32 in the diagonal blocks; all five f16", ALL_F16, "tf32",
      "f16/tf32"),
     ("prep bf16 operands, workspace and scan as today", TODAY, "tf32", "bf16"),
+    # 2-byte tensor-core operands in the scan too (f16 wgmma, k16): S and v_new rounded to f16.
+    ("all five f16 (u, w f16r); scan operands S, v_new f16", dict(ALL_F16, u="f16r", w="f16r"),
+     "f16"),
+    ("all five f16 (u, w f16r); S f16 scaled per value column, v_new f16",
+     dict(ALL_F16, u="f16r", w="f16r"), "f16c/f16"),
+    ("the same with the prep's f16 operands (tf32 in the diagonal blocks)",
+     dict(ALL_F16, u="f16r", w="f16r"), "f16c/f16", "f16/tf32"),
+    ("all five f16 (u, w f16r); S f16 scaled per value column, v_new bf16",
+     dict(ALL_F16, u="f16r", w="f16r"), "f16c/bf16"),
 ]
 
 
