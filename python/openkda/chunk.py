@@ -211,7 +211,10 @@ def chunk_kda(
     if return_intermediate_states:
         num_h_chunks = _num_chunks(q.shape[1], chunk_size, cu_seqlens, cu_seqlens_cpu)
 
-    o, final_state, h = _ops.chunk_fwd(
+    # The op (autograd, fake tensors, tracing) when anything needs it, else its implementation.
+    forward = _ops.chunk_fwd if _ops.needs_dispatch(
+        q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens) else _ops._chunk_fwd
+    o, final_state, h = forward(
         q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
         scale=scale,
         output_final_state=bool(output_final_state),

@@ -95,9 +95,12 @@ def fused_recurrent_kda_fwd(
     else:
         final_state = buffer = None
 
-    _ops.recurrent_fwd(
-        q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, ssm_state_indices,
-        num_accepted_tokens, o, buffer,
+    # The op (fake tensors, tracing) when anything needs it, else its implementation.
+    tensors = (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, ssm_state_indices,
+               num_accepted_tokens, o, buffer)
+    forward = _ops.recurrent_fwd if _ops.needs_dispatch(*tensors) else _ops._recurrent_fwd
+    forward(
+        *tensors,
         scale=scale,
         **_ops.kernel_options(
             "fused_recurrent_kda", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,

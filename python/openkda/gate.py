@@ -84,7 +84,9 @@ def fused_kda_gate(
     if output_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         raise ValueError(f"fused_kda_gate: output_dtype = {output_dtype!r}; expected one of "
                          "torch.float16, torch.bfloat16, torch.float32, torch.float64")
-    return _ops.gate_fwd(
+    # The op (autograd, fake tensors, tracing) when anything needs it, else its implementation.
+    forward = _ops.gate_fwd if _ops.needs_dispatch(g, A_log, dt_bias) else _ops._gate_fwd
+    return forward(
         g, A_log, dt_bias,
         lower_bound=_ops._resolve_lower_bound("fused_kda_gate", lower_bound),
         output_dtype=output_dtype,
