@@ -107,10 +107,13 @@ _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 def needs_dispatch(*tensors: Optional[Tensor]) -> bool:
     """Whether a call must go through its torch.library op rather than the op's implementation:
     autograd will need the op's backward (grad mode on and an input requires grad), or something
-    intercepts the dispatcher (a fake-tensor or tracing mode, a torch function mode, functorch
-    transforms, tensor subclasses). A plain eager call skips the op: its dispatch costs ~12 us of
+    intercepts the dispatcher (torch.compile, a fake-tensor or tracing mode, a torch function mode,
+    functorch transforms, tensor subclasses). A plain eager call skips the op: its dispatch costs ~12 us of
     host time per chunk_kda call (~30 % of it on a 2-core CI machine), and the implementation is
-    exactly what the op runs."""
+    exactly what the op runs. Under torch.compile (dynamo tracing a caller) it is always the op:
+    the checks below are not traceable, and the compiled graph should hold the op."""
+    if torch.compiler.is_compiling():
+        return True
     if (torch._C._are_functorch_transforms_active()
             or _python_dispatch._get_current_dispatch_mode() is not None
             or torch._C._is_torch_function_mode_enabled()):

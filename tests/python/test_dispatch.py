@@ -124,3 +124,19 @@ def test_fake_tensors_reach_the_recurrent_op(monkeypatch):
         o, ht = openkda.fused_recurrent_kda(*args, **kw)
     assert rec_calls == [1]
     assert o.shape == (CASE.B, CASE.T, CASE.HV, CASE.V)
+
+
+def test_fused_recurrent_under_torch_compile_fullgraph(monkeypatch):
+    """Dynamo traces fused_recurrent_kda (not compiler-disabled) into the op, as before the eager
+    shortcut: needs_dispatch says so while compiling, before its untraceable checks."""
+    inputs = make_inputs(CASE)
+    args, kw = chunk_call(inputs, CASE)
+    kw["output_final_state"] = True
+
+    def step(*a):
+        return openkda.fused_recurrent_kda(*a, **kw)
+
+    eager = step(*args)
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(*args)
+    for e, c in zip(eager, compiled):
+        assert torch.equal(e, c)
