@@ -211,6 +211,8 @@ SCHEMES = [
      dict(ALL_F16, u="f16r", w="f16r"), "f16c/f16", "f16/tf32"),
     ("all five f16 (u, w f16r); S f16 scaled per value column, v_new bf16",
      dict(ALL_F16, u="f16r", w="f16r"), "f16c/bf16"),
+    ("all five f16 (u, w f16r); S and v_new f16 scaled per value column",
+     dict(ALL_F16, u="f16r", w="f16r"), "f16c/f16c"),
 ]
 
 
