@@ -18,7 +18,7 @@
 #   9. bench_decode optional benchmarks/bench_decode.py (decode / verify, CUDA-graph replay)
 #  10. memcheck   optional  compute-sanitizer memcheck on small gate, varlen chunk_kda (with
 #                           initial and intermediate states), state-pool decode cases, and
-#                           malformed device-side cu_seqlens / state_indices
+#                           malformed device-side cu_seqlens / state_indices (also with h)
 #  11. racecheck  optional  compute-sanitizer racecheck on the same cases
 # Exit status: non-zero only when a REQUIRED step fails. Optional steps are skipped when the time
 # left before OPENKDA_GPU_CHECK_DEADLINE (seconds since start, default 540) is too short.
@@ -275,6 +275,12 @@ with torch.inference_mode():
     for bad in ([0, 133, 0, 133], [7]):  # 6 chunks > 5 workspace slots; N = 0
         openkda.chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
             cu_seqlens=torch.tensor(bad, dtype=torch.int32, device="cuda"))
+    # decreasing cu_seqlens with h, which the host sizes from them (3 or 5 rows for the 4 or 8
+    # snapshots of the clamped sequences): the snapshot offsets hit their cap (h_offsets at 64)
+    for cs in (32, 64):
+        openkda.chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, chunk_size=cs,
+            return_intermediate_states=True,
+            cu_seqlens=torch.tensor([5, 120, 10, 125], dtype=torch.int32, device="cuda"))
     cu4 = torch.tensor([0, 3, 1000], dtype=torch.int32, device="cuda")
     openkda.fused_recurrent_kda_fwd(q[:, :8], k[:, :8], v[:, :8], g[:, :8], beta[:, :8],
         initial_state=pool, inplace_final_state=True, cu_seqlens=cu4, ssm_state_indices=idx,
