@@ -15,8 +15,8 @@ Custom ops cannot return None: outputs that were not requested come back as empt
 (``numel() == 0``) and the public wrappers map them back to None. The public wrappers call an
 op's implementation (``_chunk_fwd``, ``_recurrent_fwd``, ``_gate_fwd``) directly when
 ``needs_dispatch`` finds nothing that needs the op (autograd, fake tensors, tracing, functorch,
-tensor subclasses): the same computation without the dispatcher's host time. Each op allocates its outputs
-and its workspace with torch, makes every input contiguous (``.detach().contiguous()``: a no-op
+tensor subclasses): the same computation without the dispatcher's host time. Each op allocates
+its outputs and its workspace with torch, makes every input contiguous (``.detach().contiguous()``: a no-op
 for contiguous tensors) and calls ``openkda._C`` on the current CUDA stream (0 on CPU). Options
 are keyword-only arguments; ``setup_context`` reads inputs by name.
 """
@@ -108,9 +108,9 @@ def needs_dispatch(*tensors: Optional[Tensor]) -> bool:
     """Whether a call must go through its torch.library op rather than the op's implementation:
     autograd will need the op's backward (grad mode on and an input requires grad), or something
     intercepts the dispatcher (torch.compile, a fake-tensor or tracing mode, a torch function mode,
-    functorch transforms, tensor subclasses). A plain eager call skips the op: its dispatch costs ~12 us of
-    host time per chunk_kda call (~30 % of it on a 2-core CI machine), and the implementation is
-    exactly what the op runs. Under torch.compile (dynamo tracing a caller) it is always the op:
+    functorch transforms, tensor subclasses). A plain eager call skips the op: its dispatch costs
+    ~12 us of host time per chunk_kda call (~30 % of it on a 2-core CI machine), and the
+    implementation is exactly what the op runs. Under torch.compile (dynamo tracing a caller) it is always the op:
     the checks below are not traceable, and the compiled graph should hold the op."""
     if torch.compiler.is_compiling():
         return True

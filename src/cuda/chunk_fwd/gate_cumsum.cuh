@@ -63,24 +63,6 @@ __device__ __forceinline__ void store_run_smem(float* dst, const float (&x)[kPer
   }
 }
 
-// kPer consecutive elements from offset `i` of one run-time dtype, converted to f32: scalar loads
-// (no alignment needed beyond the element's: dt_bias may be any view), one dtype switch for the run
-// (load_f32 per element switched per element, about 150 instructions per warp for dt_bias).
-template <int kPer>
-__device__ __forceinline__ void load_scalars(const void* base, DType dtype, int64_t i,
-                                             float (&out)[kPer]) {
-  const auto run = [&](const auto* ptr) {
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) out[e] = to_f32(ptr[i + e]);
-  };
-  switch (dtype) {
-    case DType::kBF16: run(static_cast<const __nv_bfloat16*>(base)); break;
-    case DType::kF16: run(static_cast<const __half*>(base)); break;
-    case DType::kF64: run(static_cast<const double*>(base)); break;
-    default: run(static_cast<const float*>(base)); break;
-  }
-}
-
 // kRows runs of kPer elements (at element offsets off[r]) of one run-time dtype, converted to f32.
 // The dtype switch sits outside the row loop so that every load of the batch is issued before the
 // first conversion waits on one (one memory round trip per batch instead of one per row).

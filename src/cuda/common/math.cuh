@@ -69,6 +69,23 @@ __device__ __forceinline__ float load_f32(const void* p, DType dtype, int64_t i)
   }
 }
 
+// load_f32 for kPer consecutive elements from offset `i`: scalar loads (no alignment needed beyond
+// the element's), one dtype switch for the whole run instead of one per element.
+template <int kPer>
+__device__ __forceinline__ void load_scalars(const void* base, DType dtype, int64_t i,
+                                             float (&out)[kPer]) {
+  const auto run = [&](const auto* ptr) {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) out[e] = to_f32(ptr[i + e]);
+  };
+  switch (dtype) {
+    case DType::kBF16: run(static_cast<const __nv_bfloat16*>(base)); break;
+    case DType::kF16: run(static_cast<const __half*>(base)); break;
+    case DType::kF64: run(static_cast<const double*>(base)); break;
+    default: run(static_cast<const float*>(base)); break;
+  }
+}
+
 __device__ __forceinline__ void store_f32(void* p, DType dtype, int64_t i, float x) {
   switch (dtype) {
     case DType::kF16: static_cast<__half*>(p)[i] = from_f32<__half>(x); break;
