@@ -174,34 +174,52 @@ def _chunk_fwd(
     (empty when num_h_chunks < 0).
     """
     opts = locals()
+    o, final_state, h = chunk_fwd_direct(
+        q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+        {n: opts[n] for n in _CHUNK_OPTIONS}, output_final_state, num_h_chunks)
+    return _placeholders(q, k, precision, o, final_state, h)
+
+
+def chunk_fwd_direct(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+                     A_log: Optional[Tensor], dt_bias: Optional[Tensor],
+                     initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], options: dict,
+                     output_final_state: bool, num_h_chunks: int) -> tuple:
+    """What ``_chunk_fwd`` computes, for the public wrapper's plain eager calls: ``options`` holds
+    exactly the keys of ``_CHUNK_OPTIONS`` (as the op schema types them), and the outputs that were
+    not requested come back as None instead of empty placeholders (no allocation for them).
+    Returns ``(o, final_state or None, h or None)``."""
     _check_chunk_ranks("chunk_kda", q, k, v, cu_seqlens)
-    out = _chunk_fwd_alloc(q, k, v, cu_seqlens, opts)
-    o, final_state, h = out
+    o, final_state, h = _chunk_fwd_outputs(q, k, v, cu_seqlens, output_final_state, num_h_chunks,
+                                           options["state_v_first"], options["precision"])
     tensors = dict(
         q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
-        initial_state=_c(initial_state), cu_seqlens=_c(cu_seqlens), o=o,
-        final_state=final_state if output_final_state else None,
-        h=h if num_h_chunks >= 0 else None,
+        initial_state=_c(initial_state), cu_seqlens=_c(cu_seqlens), o=o, final_state=final_state,
+        h=h,
     )
-    run_core("chunk_fwd", q.device, tensors, {n: opts[n] for n in _CHUNK_OPTIONS})
-    return out
+    run_core("chunk_fwd", q.device, tensors, options)
+    return o, final_state, h
 
 
-def _chunk_fwd_alloc(q, k, v, cu_seqlens, opts):
+def _placeholders(q: Tensor, k: Tensor, precision: str, o: Tensor, final_state, h) -> tuple:
+    """The op's outputs: empty placeholders for the final_state and h that were not requested."""
+    if final_state is None:
+        final_state = _empty(q, state_dtype(q.device, precision))
+    return o, final_state, _empty(k) if h is None else h
+
+
+def _chunk_fwd_outputs(q, k, v, cu_seqlens, output_final_state: bool, num_h_chunks: int,
+                       v_first: bool, precision: str) -> tuple:
+    """o, and final_state and h when requested (else None)."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    v_first = opts["state_v_first"]
-    sdt = state_dtype(q.device, opts["precision"])
     o = q.new_empty((B, T, HV, V))
-    if opts["output_final_state"]:
+    final_state = h = None
+    if output_final_state:
         final_state = q.new_empty(
-            _state_shape(_num_seqs(q, cu_seqlens), HV, K, V, v_first), dtype=sdt)
-    else:
-        final_state = _empty(q, sdt)
-    if opts["num_h_chunks"] >= 0:
-        h = k.new_empty((B, opts["num_h_chunks"]) + ((HV, V, K) if v_first else (HV, K, V)))
-    else:
-        h = _empty(k)
+            _state_shape(_num_seqs(q, cu_seqlens), HV, K, V, v_first),
+            dtype=state_dtype(q.device, precision))
+    if num_h_chunks >= 0:
+        h = k.new_empty((B, num_h_chunks) + ((HV, V, K) if v_first else (HV, K, V)))
     return o, final_state, h
 
 
@@ -274,9 +292,11 @@ chunk_bwd = torch.library.custom_op("openkda::chunk_bwd", _chunk_bwd, mutates_ar
 
 @chunk_fwd.register_fake
 def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, **opts):
-    full = _named(_CHUNK_FWD_SIG, (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens),
-                  opts)
-    return _chunk_fwd_alloc(q, k, v, cu_seqlens, full)
+    a = _named(_CHUNK_FWD_SIG, (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens),
+               opts)
+    o, final_state, h = _chunk_fwd_outputs(q, k, v, cu_seqlens, a["output_final_state"],
+                                           a["num_h_chunks"], a["state_v_first"], a["precision"])
+    return _placeholders(q, k, a["precision"], o, final_state, h)
 
 
 @chunk_bwd.register_fake

@@ -211,14 +211,8 @@ def chunk_kda(
     if return_intermediate_states:
         num_h_chunks = _num_chunks(q.shape[1], chunk_size, cu_seqlens, cu_seqlens_cpu)
 
-    # The op (autograd, fake tensors, tracing) when anything needs it, else its implementation.
-    forward = _ops.chunk_fwd if _ops.needs_dispatch(
-        q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens) else _ops._chunk_fwd
-    o, final_state, h = forward(
-        q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+    options = dict(
         scale=scale,
-        output_final_state=bool(output_final_state),
-        num_h_chunks=num_h_chunks,
         **_ops.kernel_options(
             "chunk_kda", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
             use_gate_in_kernel=use_gate_in_kernel,
@@ -230,6 +224,16 @@ def chunk_kda(
         precision=get_cpu_precision(),
         algorithm="chunked",
     )
+    # The op (autograd, fake tensors, tracing) when anything needs it, else its computation
+    # directly (no dispatcher, no placeholder outputs).
+    if _ops.needs_dispatch(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens):
+        o, final_state, h = _ops.chunk_fwd(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+            output_final_state=bool(output_final_state), num_h_chunks=num_h_chunks, **options)
+    else:
+        o, final_state, h = _ops.chunk_fwd_direct(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, options,
+            bool(output_final_state), num_h_chunks)
     final_state = final_state if output_final_state else None
     if return_intermediate_states:
         return o, final_state, h
