@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
   } else {
     const int tid = static_cast<int>(threadIdx.x) - 32 * pairs, threads = Tr::kThreads - 32 * pairs;
     intra_zero_upper<Tr>(cc.nv, sA, gAqk, tid, threads);
-    write_gated_keys<Tr>(p, cc, row0, slot, hv, sQ, sK, sG, tid, threads);
+    write_gated_keys<Tr>(p, cc, slot, hv, sQ, sK, sG, tid, threads);
   }
   __syncthreads();
 
@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
   __syncthreads();
 
   // Stage 3c: w = Tinv (beta k E), u = Tinv (beta v).
-  wy_products<Tr>(sA, sQ, sK, p.w + row0 * kK, p.u + row0 * kV, cc.nv);
+  wy_products<Tr>(sA, sQ, sK, p.w + (int64_t{hv} * p.slots + slot) * kBT * kK, p.u + row0 * kV,
+                  cc.nv);
 }
 
 // ---- scan: one CTA per (sequence, value head, segment, V slice) --------------------------------
@@ -171,22 +172,28 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     load_state<kK>(p.seg_init, DType::kF32, seg_index * head_state, p.V, false, vcol, s);
   }
 
-  // Two-stage cp.async pipeline over the chunks, two groups per chunk c, committed in this order:
-  //   WQ(c)   sW, sQg                 issued once every warp has finished chunk c - 1's first
-  //                                   products (prologue for c = c_begin)
-  //   REST(c) sKgT, sA, sU, sGamma    issued once every warp has finished chunk c - 1
-  // At the top of chunk c the newest group is REST(c): wait_group<1> completes WQ(c). In the
-  // mid-chunk hook WQ(c + 1) is committed first, so wait_group<1> completes REST(c). Groups of
-  // chunks past the end are committed empty, which keeps the counting uniform. Every refill is
-  // preceded by a block barrier after the last read of its buffers (write-after-read), and every
-  // read by a wait plus a block barrier (read-after-write).
+  // Two-stage pipeline over the chunks, two loads per chunk c:
+  //   WQ(c)   sW, sQg                 bulk copies by thread 0, completing phase c - c_begin of
+  //                                   the mbarrier bar_wq; issued once every warp has finished
+  //                                   chunk c - 1's first products (prologue for c = c_begin)
+  //   REST(c) sKgT, sA, sU, sGamma    one cp.async group, issued once every warp has finished
+  //                                   chunk c - 1
+  // At the top of chunk c every thread waits on bar_wq's phase parity (c - c_begin) % 2 (the
+  // engine's writes are then visible to it and to its wgmma). In the mid-chunk hook the only
+  // cp.async group in flight is REST(c): wait_group<0>, then fence.proxy.async and a barrier
+  // (wgmma reads sKgT and sA). Groups of chunks past the end are committed empty. Every refill is
+  // preceded by a block barrier after the last read of its buffers (write-after-read).
   const auto chunk_rows = [&](int64_t c) {
     return static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
   };
   const bool has_chunks = c_begin < c_end;
-  if (has_chunks)
-    scan_load_wq<Tr, 32 * kWarps>(p, hv, span.bos + c_begin * kBT, chunk_rows(c_begin), smem);
-  cp_async_commit();
+  const uint32_t bar_wq = smem_address(smem + Tr::kOffBar);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar_wq, 1);
+    fence_mbarrier_init();
+    if (has_chunks) scan_load_wq<Tr>(p, hv, first_chunk + c_begin, smem);
+  }
+  __syncthreads();  // the initialised barrier, before any thread waits on it
   if (has_chunks)
     scan_load_rest<Tr, 32 * kWarps>(p, hv, span.bos + c_begin * kBT, chunk_rows(c_begin),
                                     first_chunk + c_begin, v0, !m_part, smem);
@@ -202,15 +209,12 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
       if (row < p.h_chunks)
         store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
-    cp_async_wait_group<1>();    // WQ(c)
-    fence_proxy_async_shared();  // sW / sQg are read by wgmma (the async proxy)
-    __syncthreads();
+    mbarrier_wait(bar_wq, static_cast<uint32_t>((c - c_begin) & 1));  // WQ(c)
     scan_step<Tr, 16 * kWarps>(p, hv, t0, nv, v0, m_part, smem, s, [&]() {
       __syncthreads();  // every warp is done with sW / sQg of chunk c
-      if (has_next) scan_load_wq<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), smem);
-      cp_async_commit();
-      cp_async_wait_group<1>();    // REST(c)
-      fence_proxy_async_shared();  // sA is read by wgmma
+      if (has_next && threadIdx.x == 0) scan_load_wq<Tr>(p, hv, slot + 1, smem);
+      cp_async_wait_group<0>();    // REST(c)
+      fence_proxy_async_shared();  // sKgT and sA are read by wgmma
       __syncthreads();
     });
     __syncthreads();  // every warp is done with sKgT / sA / sU / sGamma of chunk c

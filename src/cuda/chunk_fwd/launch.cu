@@ -155,8 +155,8 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.chunk_offsets = take(d.varlen ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
   const bool own_h_offsets = d.varlen && d.h && d.h_BT != d.BT;
   L.h_offsets = take(own_h_offsets ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
-  L.w = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
-  L.qg = take(d.HV * tokens * d.K * int64_t{sizeof(float)});
+  L.w = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
+  L.qg = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.u = take(d.HV * tokens * d.V * int64_t{sizeof(float)});
   L.aqk = take(d.HV * tokens * d.BT * int64_t{sizeof(float)});

@@ -23,7 +23,9 @@
 //   h_offsets     [N + 1] i32      first snapshot of every sequence (varlen with h and
 //                                  h_every > 1; with h_every = 1 it aliases chunk_offsets;
 //                                  null without h or cu_seqlens)
-//   w, qg         [HV, tokens, K]  w = Tinv (beta k E); qg = scale q E
+//   w, qg         [HV, slots, BT * K]  w = Tinv (beta k E); qg = scale q E: per chunk slot, the
+//                 scan's shared-memory image of the tile (swizzled, rows in pair order:
+//                 wgmma.cuh pair_image_offset; rows j >= nv are 0), one bulk copy each
 //   kgT           [HV, slots, BT / 8, K, 8]  kg^T per chunk slot, kg = k exp2(G_last - G):
 //                 element (d, j) of a slot at (j / 8) 8K + 8d + j % 8 (columns j >= nv are 0)
 //   u             [HV, tokens, V]  u = Tinv (beta v)

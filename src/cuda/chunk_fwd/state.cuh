@@ -60,11 +60,6 @@ __device__ __forceinline__ int64_t state_index(int64_t base, int K, int V, bool 
   return v_first ? base + int64_t{v} * K + d : base + int64_t{d} * V + v;
 }
 
-// Chunk row held by physical row (or column) p of a pair-ordered tile (see the header).
-__device__ __forceinline__ int scan_row(int p) {
-  return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2);
-}
-
 // This thread's S^T fragment: element (v, d) of tile nt, register e, is
 // v = vcol + 8 (e / 2), d = 8 nt + (lane % 4) + 4 (e % 2) (pair order); vcol = v of row g.
 template <int kK>
@@ -99,10 +94,12 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
   }
 }
 
-// The cp.async copies of one chunk's tiles (rows past the chunk are zero-filled), in two groups
-// so that the scan kernel can prefetch the next chunk into buffers as soon as they are dead:
-//   scan_load_wq    sW, sQg                (read only by the first products of scan_step)
-//   scan_load_rest  sKgT, sA, sU, sGamma   (read only after scan_step's mid-chunk hook)
+// The copies of one chunk's tiles, in two groups so that the scan kernel can prefetch the next
+// chunk into buffers as soon as they are dead:
+//   scan_load_wq    sW, sQg                bulk copies (read only by the first products of
+//                                          scan_step)
+//   scan_load_rest  sKgT, sA, sU, sGamma   cp.async, rows past the chunk zero-filled (read only
+//                                          after scan_step's mid-chunk hook)
 // sW, sQg and sA are swizzled wgmma tiles whose physical row p holds chunk row scan_row(p); sKgT
 // is one whose physical row p holds d = scan_row(p).
 //
@@ -148,17 +145,19 @@ __device__ __forceinline__ void copy_rows(uint32_t dst, const float* src, int64_
   }
 }
 
-template <class Tr, int kThreads>
-__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
+// One thread: sW and sQg of chunk slot `slot` as one bulk copy each of the prep's tile images
+// (the whole tiles, already swizzled and in pair order: wgmma.cuh's pair_image_offset; rows past
+// the chunk are zero), completing on the mbarrier at Tr::kOffBar.
+template <class Tr>
+__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, int64_t slot,
                                              unsigned char* smem) {
-  constexpr int kK = Tr::kK, kBT = Tr::kBT;
-  const int64_t row0 = int64_t{hv} * p.tokens + t0;
-  copy_rows<kThreads, kBT, kK / 4, 0, true, true>(smem_address(smem + Tr::kOffW), p.w + row0 * kK,
-                                                  kK, nv);
-  if constexpr (!Tr::kTransition) {
-    copy_rows<kThreads, kBT, kK / 4, 0, true, true>(smem_address(smem + Tr::kOffQg),
-                                                    p.qg + row0 * kK, kK, nv);
-  }
+  constexpr uint32_t kTileBytes = sizeof(float) * Tr::kBT * Tr::kK;
+  const uint32_t bar = smem_address(smem + Tr::kOffBar);
+  const int64_t image = (int64_t{hv} * p.slots + slot) * Tr::kBT * Tr::kK;
+  mbarrier_expect_tx(bar, Tr::kTransition ? kTileBytes : 2 * kTileBytes);
+  bulk_load(smem_address(smem + Tr::kOffW), p.w + image, kTileBytes, bar);
+  if constexpr (!Tr::kTransition)
+    bulk_load(smem_address(smem + Tr::kOffQg), p.qg + image, kTileBytes, bar);
 }
 
 // with_u = false (the transition pass's M columns, whose u is 0) leaves sU unloaded.
@@ -248,8 +247,8 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
 }
 
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
-// i < nv are written. On entry sW and sQg hold the chunk's tiles (made visible to wgmma by the
-// caller: fence.proxy.async after the cp.async wait, then a barrier); `mid()` is called by every
+// i < nv are written. On entry sW and sQg hold the chunk's tiles (the caller waited on their bulk
+// copies' mbarrier); `mid()` is called by every
 // thread right after the last read of sW / sQg and must return with sKgT, sA, sU and sGamma of
 // the chunk visible the same way (the kernel's pipeline: it refills sW / sQg with the next chunk
 // there). The transition pass (Tr::kTransition, segments.cuh) computes only X^T and the state

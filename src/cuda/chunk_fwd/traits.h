@@ -107,6 +107,7 @@ struct ScanTraits {
   //     sA are empty in the transition pass.
   //   sKgT [kK][kBT] tf32: the state update's wgmma B operand (kg^T: N = d, K-major along the
   //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.
+  //   bar: the mbarrier that the bulk copies of sW and sQg complete on (8 bytes, 16 reserved).
   //   sGamma [kK], sU [kBT][vs + 4]: read at (row j = 8 nn + t + 4 (e % 2), column g), bank
   //     4 t + g (mod 32) with this +4 pad: 2-way conflicts between (t, g) and (t + 1, g - 4); a
   //     +8 pad would avoid them (1 KB more; not measured).
@@ -114,7 +115,8 @@ struct ScanTraits {
   static constexpr int kOffQg = kOffW + kBT * kK * 4;
   static constexpr int kOffA = kOffQg + (kTransition ? 0 : kBT * kK * 4);
   static constexpr int kOffKgT = kOffA + (kTransition ? 0 : kBT * kBT * 4);
-  static constexpr int kOffGamma = kOffKgT + kK * kBT * 4;
+  static constexpr int kOffBar = kOffKgT + kK * kBT * 4;  // mbarrier of the sW / sQg bulk copies
+  static constexpr int kOffGamma = kOffBar + 16;
   static constexpr int kOffU = kOffGamma + kK * 4;
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 

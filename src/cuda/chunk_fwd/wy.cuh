@@ -2,8 +2,8 @@
 // CPU twin: cpu/chunk_fwd.cpp fwd_wy.
 //
 // What it computes, for rows i < nv of one chunk (rows past the chunk are never written to the
-// token-indexed tiles w, qg, u: those rows belong to the next chunk; the per-slot kg^T tile is
-// written whole, with zero columns j >= nv):
+// token-indexed tile u: those rows belong to the next chunk; the per-slot tiles w, qg and kg^T
+// are written whole, with zero rows (w, qg) or columns (kg^T) past the chunk):
 // w, qg and kg (and the w / u operands in sQ, sK) are stored as tf32 operands (tf32_operand,
 // mma.cuh): only tensor cores read them.
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
@@ -29,14 +29,17 @@
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/traits.h"
+#include "cuda/chunk_fwd/wgmma.cuh"
 #include "cuda/common/vec.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
 // qg, kg^T and gamma to the workspace, by `threads` threads (`tid` in [0, threads)): the warps the
-// intra products leave free, while those still read sQ, sK and sG (read-only here). `row0`:
-// workspace row of the chunk's row 0; `slot`: the chunk's global index.
-//   qg: token rows i < nv of [tokens, K], thread (i, 4 columns d): float4 row reads and stores.
+// intra products leave free, while those still read sQ, sK and sG (read-only here). `slot`: the
+// chunk's global index.
+//   qg: the chunk's whole tile as the scan's shared-memory image (pair_image_offset, wgmma.cuh;
+//     rows past the chunk are 0: q is 0 there), thread (i, 4 columns d): float4 row reads and
+//     16-byte stores.
 //   kg^T: the chunk's whole tile (columns j >= nv are 0: k is 0 there), the scan's wgmma B
 //     operand of the state update (K-major, so transposed here), stored as [BT / 8][K][8]: element
 //     (d, j) at (j / 8) 8K + 8 d + j % 8. Thread (d, 4 columns j .. j + 3, j % 4 = 0), a warp 16
@@ -46,19 +49,19 @@ namespace openkda::cuda::chunk_forward {
 //     distinct banks (rows 4 apart, kLdX = 4 mod 32).
 template <class Tr>
 __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
-                                                 int64_t row0, int64_t slot, int hv,
+                                                 int64_t slot, int hv,
                                                  const float* sQ, const float* sK, const float* sG,
                                                  int tid, int threads) {
   constexpr int kC4 = Tr::kK / 4;
   constexpr int kLd = Tr::kLdX;
   const float* sGlast = sG + (cc.nv - 1) * kLd;
-  float* gQg = p.qg + row0 * Tr::kK;
-  for (int idx = tid; idx < cc.nv * kC4; idx += threads) {
+  char* gQg = reinterpret_cast<char*>(p.qg + (int64_t{hv} * p.slots + slot) * Tr::kBT * Tr::kK);
+  for (int idx = tid; idx < Tr::kBT * kC4; idx += threads) {
     const int i = idx / kC4, d = 4 * (idx % kC4);
     const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
     const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
     // Every factor below ends in a tf32 operand: exp2_operand (math.cuh).
-    *reinterpret_cast<float4*>(gQg + int64_t{i} * Tr::kK + d) =
+    *reinterpret_cast<float4*>(gQg + pair_image_offset<Tr::kBT>(i, d)) =
         make_float4(tf32_operand(p.scale * q4.x * exp2_operand(g4.x)),
                     tf32_operand(p.scale * q4.y * exp2_operand(g4.y)),
                     tf32_operand(p.scale * q4.z * exp2_operand(g4.z)),
@@ -131,11 +134,11 @@ __device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const Chunk
   }
 }
 
-// w = Tinv sQ and u = Tinv sK for rows i < nv, in one pass over the Tinv fragments (each A
-// fragment is read and converted once for both products). gW: row 0 of the chunk's [rows, K] tile,
-// gU of its [rows, V] tile. sQ, sK hold tf32 operands (gate_w_operand, load_beta_v). w is only
-// ever an mma operand (the scan), so it is stored as a tf32 operand too; u is not (the scan
-// subtracts it in f32).
+// w = Tinv sQ and u = Tinv sK, in one pass over the Tinv fragments (each A fragment is read and
+// converted once for both products). gW: the chunk's w image (all BT rows, pair_image_offset; rows
+// past the chunk are 0: beta is 0 there); gU: row 0 of the chunk's [rows, V] tile (rows i < nv).
+// sQ, sK hold tf32 operands (gate_w_operand, load_beta_v). w is only ever an mma operand (the
+// scan), so it is stored as a tf32 operand too; u is not (the scan subtracts it in f32).
 template <class Tr>
 __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, const float* sK,
                                             float* gW, float* gU, int nv) {
@@ -175,19 +178,21 @@ __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, co
       }
     }
   }
-  const auto store_rows = [&](float* gOut, int ld, int col, const float(&c)[4]) {
-    if (r0 < nv) store_f32x2(gOut + int64_t{r0} * ld + col, c[0], c[1]);
-    if (r1 < nv) store_f32x2(gOut + int64_t{r1} * ld + col, c[2], c[3]);
-  };
+  char* gWimg = reinterpret_cast<char*>(gW);
 #pragma unroll
-  for (int q = 0; q < kTilesW; ++q) {
-    const float c[4] = {tf32_operand(acc_w[q][0]), tf32_operand(acc_w[q][1]),
-                        tf32_operand(acc_w[q][2]), tf32_operand(acc_w[q][3])};
-    store_rows(gW, Tr::kK, 8 * (ng * kTilesW + q) + 2 * t, c);
+  for (int q = 0; q < kTilesW; ++q) {  // columns (col, col + 1) share a 16-byte chunk: col % 4 < 3
+    const int col = 8 * (ng * kTilesW + q) + 2 * t;
+    store_f32x2(reinterpret_cast<float*>(gWimg + pair_image_offset<Tr::kBT>(r0, col)),
+                tf32_operand(acc_w[q][0]), tf32_operand(acc_w[q][1]));
+    store_f32x2(reinterpret_cast<float*>(gWimg + pair_image_offset<Tr::kBT>(r1, col)),
+                tf32_operand(acc_w[q][2]), tf32_operand(acc_w[q][3]));
   }
 #pragma unroll
-  for (int q = 0; q < kTilesU; ++q)
-    store_rows(gU, Tr::kV, 8 * (ng * kTilesU + q) + 2 * t, acc_u[q]);
+  for (int q = 0; q < kTilesU; ++q) {
+    const int col = 8 * (ng * kTilesU + q) + 2 * t;
+    if (r0 < nv) store_f32x2(gU + int64_t{r0} * Tr::kV + col, acc_u[q][0], acc_u[q][1]);
+    if (r1 < nv) store_f32x2(gU + int64_t{r1} * Tr::kV + col, acc_u[q][2], acc_u[q][3]);
+  }
 }
 
 }  // namespace openkda::cuda::chunk_forward
