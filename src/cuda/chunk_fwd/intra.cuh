@@ -20,9 +20,9 @@
 //   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), one warp per block pair (rb, cb)
 //   computing both matrices' blocks (shared anchor factors and B operand); the exp2 factors of
 //   their operands are exp2_operand (rounded to tf32 right after).
-//   A_qk goes straight to the workspace as tf32 operands (only the scan's wgmma reads it; rows
-//   i < nv only: the tile is token-indexed, rows past the chunk belong to the next chunk); A_kk
-//   stays in shared memory in f32 (the inverse reads it).
+//   A_qk goes straight to the workspace as tf32 operands, as the scan's shared-memory image of
+//   the tile (tile_image.cuh; every row, those past the chunk from q = 0); A_kk stays in shared
+//   memory in f32 (the inverse reads it).
 //
 // Inverse: the diagonal blocks by forward substitution in f32 (one warp per block, lane j owns
 // column j in registers: X[i][j] = -(A[i][j] + sum_{j<m<i} A[i][m] X[m][j]), the CPU order), then
@@ -39,15 +39,22 @@
 
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/tile_image.cuh"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/common/math.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
-// Diagonal blocks by exact per-pair exponents: sA (A_kk) and gAqk (A_qk) rows of every block,
-// including the zeros above the diagonal. gAqk points at row 0 of the chunk's A_qk tile.
+// Element (i, j) of the chunk's A_qk image at gAqk.
 template <class Tr>
-__device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv, const float* sQ,
+__device__ __forceinline__ float* aqk_at(float* gAqk, int i, int j) {
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(gAqk) + pair_image_offset<Tr::kBT>(i, j));
+}
+
+// Diagonal blocks by exact per-pair exponents: sA (A_kk) and gAqk (A_qk) rows of every block,
+// including the zeros above the diagonal. gAqk points at the chunk's A_qk image.
+template <class Tr>
+__device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, const float* sQ,
                                                  const float* sK, const float* sG,
                                                  const float* sBeta, float* sA, float* gAqk) {
   constexpr int kPer = Tr::kK / 32;
@@ -84,7 +91,7 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, int nv
     }
     if (lane < kSubChunk) {
       sA[i * Tr::kLdA + j0 + lane] = my_kk;
-      if (i < nv) gAqk[int64_t{i} * Tr::kBT + j0 + lane] = tf32_operand(my_qk);
+      *aqk_at<Tr>(gAqk, i, j0 + lane) = tf32_operand(my_qk);
     }
   }
 }
@@ -96,18 +103,17 @@ __device__ __forceinline__ int intra_pairs(const ChunkFwdParams& p) {
   return Tr::kNB * (Tr::kNB - 1) / 2 + (p.exact_diag ? 0 : Tr::kNB);
 }
 
-// The zeros above the diagonal blocks (sA, and gAqk rows < nv: the scan reads the whole tile), by
-// `threads` threads (`tid` in [0, threads)).
+// The zeros above the diagonal blocks (sA, and gAqk: the scan reads the whole tile), by `threads`
+// threads (`tid` in [0, threads)).
 template <class Tr>
-__device__ __forceinline__ void intra_zero_upper(int nv, float* sA, float* gAqk, int tid,
-                                                 int threads) {
+__device__ __forceinline__ void intra_zero_upper(float* sA, float* gAqk, int tid, int threads) {
   constexpr int kRowF4 = Tr::kBT / 4;  // float4 columns per row
   for (int idx = tid; idx < Tr::kBT * kRowF4; idx += threads) {
     const int i = idx / kRowF4, j = 4 * (idx % kRowF4);
     if (j < kSubChunk * (i / kSubChunk + 1)) continue;  // on or below the diagonal block
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     *reinterpret_cast<float4*>(sA + i * Tr::kLdA + j) = zero;
-    if (i < nv) *reinterpret_cast<float4*>(gAqk + int64_t{i} * Tr::kBT + j) = zero;
+    *reinterpret_cast<float4*>(aqk_at<Tr>(gAqk, i, j)) = zero;  // j % 4 = 0: one 16-byte chunk
   }
 }
 
@@ -118,7 +124,7 @@ __device__ __forceinline__ void intra_zero_upper(int nv, float* sA, float* gAqk,
 // row-major order: warp w -> the w-th pair of rows rb = 0, 1, ... (rb + 1 pairs per row, rb with
 // exact_diag). The kernel gives the other warps intra_zero_upper and write_gated_keys meanwhile.
 template <class Tr>
-__device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, const float* sQ,
+__device__ __forceinline__ void intra_products(const ChunkFwdParams& p, const float* sQ,
                                                const float* sK, const float* sG, const float* sBeta,
                                                float* sA, float* gAqk) {
   constexpr int kLd = Tr::kLdX;
@@ -176,11 +182,10 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, int nv, 
       const float k0 = akk[nh][2 * half], k1 = akk[nh][2 * half + 1];
       *reinterpret_cast<float2*>(sA + i * Tr::kLdA + j) =
           make_float2(j < i ? beta_r[half] * k0 : 0.0f, j + 1 < i ? beta_r[half] * k1 : 0.0f);
-      if (i < nv) {  // A_qk: only ever an mma operand (scan), stored as tf32 operands
-        *reinterpret_cast<float2*>(gAqk + int64_t{i} * Tr::kBT + j) =
-            make_float2(j <= i ? tf32_operand(p.scale * q0) : 0.0f,
-                        j + 1 <= i ? tf32_operand(p.scale * q1) : 0.0f);
-      }
+      // A_qk: only ever an mma operand (scan), stored as tf32 operands; j even: one chunk.
+      *reinterpret_cast<float2*>(aqk_at<Tr>(gAqk, i, j)) =
+          make_float2(j <= i ? tf32_operand(p.scale * q0) : 0.0f,
+                      j + 1 <= i ? tf32_operand(p.scale * q1) : 0.0f);
     }
   }
 }

@@ -80,9 +80,9 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
   const int hv = static_cast<int>(blockIdx.y);
   if (p.cu_seqlens != nullptr) zero_padding_rows(p);  // before any CTA can return below
   ChunkCoord cc;
-  if (!resolve_chunk(p, slot, cc)) return;              // past the last chunk (varlen grid bound)
-  const int64_t row0 = int64_t{hv} * p.tokens + cc.t0;  // workspace row of chunk row 0
-  float* gAqk = p.aqk + row0 * kBT;
+  if (!resolve_chunk(p, slot, cc)) return;            // past the last chunk (varlen grid bound)
+  const int64_t tile = int64_t{hv} * p.slots + slot;  // index of the chunk's workspace tiles
+  float* gAqk = p.aqk + tile * kBT * kBT;
 
   // Stage 1: inputs, activations, G (g, v and beta rows are prefetched to L2 first).
   prefetch_chunk_inputs<Tr>(p, cc, hv);
@@ -91,14 +91,14 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
 
   // Stage 2: A_qk (-> workspace), A_kk (-> sA); meanwhile the warps without a block pair write
   // the zero blocks and stage 3a's qg, kg, gamma (q, k, G read for the last time).
-  if (p.exact_diag) intra_exact_diag<Tr>(p, cc.nv, sQ, sK, sG, sBeta, sA, gAqk);
+  if (p.exact_diag) intra_exact_diag<Tr>(p, sQ, sK, sG, sBeta, sA, gAqk);
   const int pairs = intra_pairs<Tr>(p);
   if (static_cast<int>(threadIdx.x) < 32 * pairs) {
-    intra_products<Tr>(p, cc.nv, sQ, sK, sG, sBeta, sA, gAqk);
+    intra_products<Tr>(p, sQ, sK, sG, sBeta, sA, gAqk);
   } else {
     const int tid = static_cast<int>(threadIdx.x) - 32 * pairs, threads = Tr::kThreads - 32 * pairs;
-    intra_zero_upper<Tr>(cc.nv, sA, gAqk, tid, threads);
-    write_gated_keys<Tr>(p, cc, slot, hv, sQ, sK, sG, tid, threads);
+    intra_zero_upper<Tr>(sA, gAqk, tid, threads);
+    write_gated_keys<Tr>(p, cc, tile, sQ, sK, sG, tid, threads);
   }
   __syncthreads();
 
@@ -113,8 +113,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
   __syncthreads();
 
   // Stage 3c: w = Tinv (beta k E), u = Tinv (beta v).
-  wy_products<Tr>(sA, sQ, sK, p.w + (int64_t{hv} * p.slots + slot) * kBT * kK, p.u + row0 * kV,
-                  cc.nv);
+  wy_products<Tr>(sA, sQ, sK, p.w + tile * kBT * kK, p.u + tile * kBT * kV);
 }
 
 // ---- scan: one CTA per (sequence, value head, segment, V slice) --------------------------------
@@ -172,58 +171,49 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     load_state<kK>(p.seg_init, DType::kF32, seg_index * head_state, p.V, false, vcol, s);
   }
 
-  // Two-stage pipeline over the chunks, two loads per chunk c:
-  //   WQ(c)   sW, sQg                 bulk copies by thread 0, completing phase c - c_begin of
-  //                                   the mbarrier bar_wq; issued once every warp has finished
-  //                                   chunk c - 1's first products (prologue for c = c_begin)
-  //   REST(c) sKgT, sA, sU, sGamma    one cp.async group, issued once every warp has finished
-  //                                   chunk c - 1
-  // At the top of chunk c every thread waits on bar_wq's phase parity (c - c_begin) % 2 (the
-  // engine's writes are then visible to it and to its wgmma). In the mid-chunk hook the only
-  // cp.async group in flight is REST(c): wait_group<0>, then fence.proxy.async and a barrier
-  // (wgmma reads sKgT and sA). Groups of chunks past the end are committed empty. Every refill is
-  // preceded by a block barrier after the last read of its buffers (write-after-read).
-  const auto chunk_rows = [&](int64_t c) {
-    return static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
-  };
-  const bool has_chunks = c_begin < c_end;
-  const uint32_t bar_wq = smem_address(smem + Tr::kOffBar);
+  // Two-stage pipeline over the chunks, two groups of bulk copies per chunk c, each issued by
+  // thread 0 and completing phase c - c_begin of its mbarrier:
+  //   WQ(c)   sW, sQg                on bar_wq; issued once every warp has finished chunk c - 1's
+  //                                  first products (prologue for c = c_begin)
+  //   REST(c) sKgT, sA, sU, sGamma   on bar_rest; issued once every warp has finished chunk c - 1
+  // A thread waits on the phase parity (c - c_begin) % 2 before its first read of a group (the
+  // engine's writes are then visible to it and to its wgmma): WQ(c) at the top of chunk c,
+  // REST(c) in the mid-chunk hook. Every refill is preceded by a block barrier after the last
+  // read of its buffers (write-after-read). Nothing is in flight at exit.
+  const uint32_t bar_wq = smem_address(smem + Tr::kOffBar), bar_rest = bar_wq + 8;
+  const bool with_u = !m_part;
   if (threadIdx.x == 0) {
     mbarrier_init(bar_wq, 1);
+    mbarrier_init(bar_rest, 1);
     fence_mbarrier_init();
-    if (has_chunks) scan_load_wq<Tr>(p, hv, first_chunk + c_begin, smem);
   }
-  __syncthreads();  // the initialised barrier, before any thread waits on it
-  if (has_chunks)
-    scan_load_rest<Tr, 32 * kWarps>(p, hv, span.bos + c_begin * kBT, chunk_rows(c_begin),
-                                    first_chunk + c_begin, v0, !m_part, smem);
-  cp_async_commit();
+  __syncthreads();  // the initialised barriers, before any thread issues or waits
 
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t t0 = span.bos + c * kBT;
-    const int nv = chunk_rows(c);
-    const int64_t slot = first_chunk + c;
+    const int nv = static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
+    const int64_t tile = int64_t{hv} * p.slots + first_chunk + c;
     const bool has_next = c + 1 < c_end;
+    const uint32_t parity = static_cast<uint32_t>((c - c_begin) & 1);
+    if (c == c_begin && threadIdx.x == 0) {  // the prologue: chunk c_begin's two groups
+      scan_load_wq<Tr>(p, tile, smem);
+      scan_load_rest<Tr, 16 * kWarps>(p, tile, v0, with_u, smem);
+    }
     if (!kTransition && p.h != nullptr && c % p.h_every == 0) {  // a snapshot chunk
       const int64_t row = h_base + c / p.h_every;
       if (row < p.h_chunks)
         store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
-    mbarrier_wait(bar_wq, static_cast<uint32_t>((c - c_begin) & 1));  // WQ(c)
+    mbarrier_wait(bar_wq, parity);  // WQ(c)
     scan_step<Tr, 16 * kWarps>(p, hv, t0, nv, v0, m_part, smem, s, [&]() {
       __syncthreads();  // every warp is done with sW / sQg of chunk c
-      if (has_next && threadIdx.x == 0) scan_load_wq<Tr>(p, hv, slot + 1, smem);
-      cp_async_wait_group<0>();    // REST(c)
-      fence_proxy_async_shared();  // sKgT and sA are read by wgmma
-      __syncthreads();
+      if (has_next && threadIdx.x == 0) scan_load_wq<Tr>(p, tile + 1, smem);
+      mbarrier_wait(bar_rest, parity);  // REST(c)
     });
     __syncthreads();  // every warp is done with sKgT / sA / sU / sGamma of chunk c
-    if (has_next)
-      scan_load_rest<Tr, 32 * kWarps>(p, hv, t0 + kBT, chunk_rows(c + 1), slot + 1, v0, !m_part,
-                                      smem);
-    cp_async_commit();
+    if (has_next && threadIdx.x == 0)
+      scan_load_rest<Tr, 16 * kWarps>(p, tile + 1, v0, with_u, smem);
   }
-  cp_async_wait_all();  // only empty groups can be left; nothing in flight at exit
   if constexpr (kTransition) {
     store_state<kK>(p.seg_state, DType::kF32, seg_index * kK * int64_t{p.V + kK}, p.V + kK, false,
                     vcol, s);

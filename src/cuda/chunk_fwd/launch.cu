@@ -145,7 +145,6 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   WorkspaceLayout L;
   // varlen: sum_n ceil(len_n / BT) <= floor((T + N (BT - 1)) / BT).
   L.slots = d.varlen ? (d.T + d.N * (d.BT - 1)) / d.BT : d.B * ((d.T + d.BT - 1) / d.BT);
-  const int64_t tokens = d.B * d.T;
   size_t at = 0;
   const auto take = [&](int64_t bytes) {
     const size_t offset = at;
@@ -158,8 +157,8 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.w = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
   L.qg = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
-  L.u = take(d.HV * tokens * d.V * int64_t{sizeof(float)});
-  L.aqk = take(d.HV * tokens * d.BT * int64_t{sizeof(float)});
+  L.u = take(d.HV * L.slots * d.BT * d.V * int64_t{sizeof(float)});
+  L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;

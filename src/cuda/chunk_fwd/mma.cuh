@@ -1,4 +1,4 @@
-// Warp-level tensor-core and async-copy primitives of the chunk_kda forward kernels.
+// Warp-level tensor-core primitives of the chunk_kda forward kernels.
 //
 // mma_tf32: D += A B with mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (sm_80+). Fragment
 // ownership, with g = lane / 4 and t = lane % 4 (PTX ISA "Matrix fragments for mma.m16n8k8",
@@ -10,10 +10,6 @@
 // permutation. The kernels use k = 2t for hardware column/row t and k = 2t + 1 for t + 4
 // ("paired" order): then an f32 accumulator tile C (16 x 8) is directly the A operand of the next
 // product (a0 = c0... see a_from_acc), and pairs of consecutive k load as one float2.
-//
-// cp_async_16: 16-byte global -> shared copy (cp.async.cg, L2 only) to a shared-window address
-// (smem_address) that zero-fills the destination when `valid` is false (src-size 0: nothing is
-// read from `src`, which must still be a valid address).
 #pragma once
 
 #include <cstdint>
@@ -68,31 +64,6 @@ __device__ __forceinline__ void a_from_pairs(float2 row_g, float2 row_g8, uint32
   a[1] = to_tf32(row_g8.x);
   a[2] = to_tf32(row_g.y);
   a[3] = to_tf32(row_g8.y);
-}
-
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-
-// Waits for every cp.async this thread issued (the caller then syncs the block).
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
-// Closes this thread's current group of cp.async (an empty group is allowed and completes at
-// once).
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most kPending of this thread's newest groups are still in flight (groups
-// complete in commit order). The caller then syncs the block.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Sum over the 32 lanes; every lane gets the bitwise same value (each butterfly step adds the

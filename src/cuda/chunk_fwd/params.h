@@ -17,19 +17,19 @@
 //   h             [h_chunks, HV, K, V] (v_first: [.., V, K]) h_dtype, the state entering every
 //                 snapshot chunk (the caller's chunk_size = h_every kernel chunks), flattened
 //                 over [B, NT_h] (dense) or [1, NT] (varlen); may be null
-// Workspace (launch.cu: WorkspaceLayout; f32 unless noted, token rows head-major so that the rows
-// of one chunk are one contiguous tile):
+// Workspace (launch.cu: WorkspaceLayout; f32 unless noted). The prep's outputs are per (value head,
+// chunk slot) tiles (tile = HV-major index hv * slots + slot), each stored as the scan's
+// shared-memory image of it (tile_image.cuh: one bulk copy per tile; rows past the chunk come from
+// the zero rows of q, k and beta there):
 //   chunk_offsets [N + 1] i32      first chunk of every sequence (varlen only)
 //   h_offsets     [N + 1] i32      first snapshot of every sequence (varlen with h and
 //                                  h_every > 1; with h_every = 1 it aliases chunk_offsets;
 //                                  null without h or cu_seqlens)
-//   w, qg         [HV, slots, BT * K]  w = Tinv (beta k E); qg = scale q E: per chunk slot, the
-//                 scan's shared-memory image of the tile (swizzled, rows in pair order:
-//                 wgmma.cuh pair_image_offset; rows j >= nv are 0), one bulk copy each
-//   kgT           [HV, slots, BT / 8, K, 8]  kg^T per chunk slot, kg = k exp2(G_last - G):
-//                 element (d, j) of a slot at (j / 8) 8K + 8d + j % 8 (columns j >= nv are 0)
-//   u             [HV, tokens, V]  u = Tinv (beta v)
-//   aqk           [HV, tokens, BT] scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
+//   w, qg         [HV, slots, BT, K]   w = Tinv (beta k E); qg = scale q E (swizzled, pair order)
+//   kgT           [HV, slots, K, BT]   kg^T, kg = k exp2(G_last - G) (swizzled, pair order)
+//   u             [HV, slots, V / 64, BT, 64]  u = Tinv (beta v) (XOR-swizzled columns)
+//   aqk           [HV, slots, BT, BT]  scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
+//                                      (swizzled, pair order)
 //   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)
 //   seg_state     [N, HV, nseg, K, V + K]  time split only: segment s's zero-start final state
 //                 Z_s (columns < V) and transition M_s (columns V + m), segments.cuh
@@ -114,7 +114,7 @@ struct ChunkFwdParams {
   int32_t* h_offsets = nullptr;      // varlen with h only (== chunk_offsets when h_every = 1)
   float* w = nullptr;
   float* qg = nullptr;
-  float* kgT = nullptr;  // per chunk slot: kg^T as [BT / 8][K][8] (the scan's wgmma B operand)
+  float* kgT = nullptr;
   float* u = nullptr;
   float* aqk = nullptr;
   float* gamma = nullptr;

@@ -37,10 +37,12 @@
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
 // chunks in order. Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K] and sA
-// [BT][BT] swizzled, sKgT [K][BT] swizzled, sGamma [K], sU [BT][vs + 4]: 70 KB at K = 128, BT =
-// 32, vs = 128 (62 KB at vs = 64: two 4-warp CTAs per SM). Pipeline (kernels.cuh): the next chunk's
+// [BT][BT] swizzled, sKgT [K][BT] swizzled, sGamma [K], sU [vs / 64][BT][64], two mbarriers:
+// 70 KB at K = 128, BT = 32, vs = 128 (62 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a
+// bulk copy of the prep's image of it (tile_image.cuh). Pipeline (kernels.cuh): the next chunk's
 // sW / sQg load while this chunk finishes (after the first products), its sKgT / sA / sU / sGamma
-// while the next chunk's first products run; two cp.async groups per chunk, no extra shared memory.
+// while the next chunk's first products run; two groups of bulk copies per chunk, one mbarrier
+// each, no extra shared memory.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,7 @@
 #include "cuda/chunk_fwd/chunk_index.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/tile_image.cuh"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/chunk_fwd/wgmma.cuh"
 #include "cuda/common/bulk_copy.cuh"
@@ -94,96 +97,44 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
   }
 }
 
-// The copies of one chunk's tiles, in two groups so that the scan kernel can prefetch the next
-// chunk into buffers as soon as they are dead:
-//   scan_load_wq    sW, sQg                bulk copies (read only by the first products of
-//                                          scan_step)
-//   scan_load_rest  sKgT, sA, sU, sGamma   cp.async, rows past the chunk zero-filled (read only
-//                                          after scan_step's mid-chunk hook)
-// sW, sQg and sA are swizzled wgmma tiles whose physical row p holds chunk row scan_row(p); sKgT
-// is one whose physical row p holds d = scan_row(p).
-//
-// copy_rows: kRows rows of kC4 16-byte chunks. Thread tid copies chunk c = tid % kC4 of tile
-// rows r0 + kStep i (r0 = tid / kC4, kStep = kThreads / kC4). Rows 8 apart share the swizzle
-// phase and shift scan_row by 8, so the offsets of a thread's first kPhases rows are computed
-// once and every copy after them is a base plus a compile-time offset. A full chunk (nv = kRows)
-// takes the unpredicated path. Source rows are contiguous (row r at src + r src_ld), or, with
-// kGroupLd > 0, stored in 8-float groups kGroupLd floats apart (kg^T's [BT / 8][K][8] layout:
-// src_ld = 8, kGroupLd = 8 K).
-template <int kThreads, int kRows, int kC4, int kRowBytes, bool kSwizzle, bool kPairRows,
-          int kGroupLd = 0>
-__device__ __forceinline__ void copy_rows(uint32_t dst, const float* src, int64_t src_ld, int nv) {
-  static_assert(kThreads % kC4 == 0, "whole rows per pass");
-  constexpr int kStep = kThreads / kC4;
-  static_assert(kRows % kStep == 0 && (kStep % 8 == 0 || 8 % kStep == 0), "row passes");
-  constexpr int kPhases = kStep >= 8 ? 1 : 8 / kStep;
-  constexpr int kGroups =
-      kRows / (kStep * kPhases);             // copies per phase, 8 kStep kPhases / 8 rows apart
-  constexpr int kAdvance = kStep * kPhases;  // rows between copies of one phase
-  constexpr int kAdvanceBytes = kAdvance * (kSwizzle ? 128 : kRowBytes);
-  const int c = static_cast<int>(threadIdx.x) % kC4, r0 = static_cast<int>(threadIdx.x) / kC4;
-#pragma unroll
-  for (int ph = 0; ph < kPhases; ++ph) {
-    const int r = r0 + ph * kStep;
-    const int row = kPairRows ? scan_row(r) : r;
-    const uint32_t d = dst + (kSwizzle ? swizzled_offset<kRows>(r, c)
-                                       : static_cast<uint32_t>(r * kRowBytes + 16 * c));
-    const float* s = src + row * src_ld + (kGroupLd > 0 ? (c / 2) * kGroupLd + 4 * (c % 2) : 4 * c);
-    const int64_t s_step = kAdvance * src_ld;
-    // NOTE: rolled loops: a pointer and an address advance per copy. Unrolled, the compiler
-    // keeps every copy's 64-bit address live at once, and the mid-chunk loader spills.
-    if (nv >= kRows) {
-#pragma unroll 1
-      for (int m = 0; m < kGroups; ++m) cp_async_16(d + m * kAdvanceBytes, s + m * s_step, true);
-    } else {
-#pragma unroll 1
-      for (int m = 0; m < kGroups; ++m) {
-        const bool valid = row + m * kAdvance < nv;
-        cp_async_16(d + m * kAdvanceBytes, valid ? s + m * s_step : src, valid);
-      }
-    }
-  }
-}
-
-// One thread: sW and sQg of chunk slot `slot` as one bulk copy each of the prep's tile images
-// (the whole tiles, already swizzled and in pair order: wgmma.cuh's pair_image_offset; rows past
-// the chunk are zero), completing on the mbarrier at Tr::kOffBar.
+// The bulk copies of one chunk's tiles, by one thread, in two groups on two mbarriers so that the
+// scan kernel can prefetch the next chunk into buffers as soon as they are dead:
+//   scan_load_wq    sW, sQg                on bar (read only by the first products of scan_step)
+//   scan_load_rest  sKgT, sA, sU, sGamma   on bar + 8 (read only after scan_step's mid-chunk hook)
+// Each source is the prep's image of the whole tile (tile_image.cuh): the copy lands as the
+// swizzled, pair-ordered wgmma operand (sW, sQg, sA: physical row p holds chunk row scan_row(p);
+// sKgT: d = scan_row(p)) or as the XOR-swizzled sU slices, with the prep's rows past the chunk.
 template <class Tr>
-__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int hv, int64_t slot,
+__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int64_t tile,
                                              unsigned char* smem) {
   constexpr uint32_t kTileBytes = sizeof(float) * Tr::kBT * Tr::kK;
   const uint32_t bar = smem_address(smem + Tr::kOffBar);
-  const int64_t image = (int64_t{hv} * p.slots + slot) * Tr::kBT * Tr::kK;
+  const int64_t at = tile * Tr::kBT * Tr::kK;
   mbarrier_expect_tx(bar, Tr::kTransition ? kTileBytes : 2 * kTileBytes);
-  bulk_load(smem_address(smem + Tr::kOffW), p.w + image, kTileBytes, bar);
+  bulk_load(smem_address(smem + Tr::kOffW), p.w + at, kTileBytes, bar);
   if constexpr (!Tr::kTransition)
-    bulk_load(smem_address(smem + Tr::kOffQg), p.qg + image, kTileBytes, bar);
+    bulk_load(smem_address(smem + Tr::kOffQg), p.qg + at, kTileBytes, bar);
 }
 
-// with_u = false (the transition pass's M columns, whose u is 0) leaves sU unloaded.
-template <class Tr, int kThreads>
-__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                               int64_t slot, int v0, bool with_u,
-                                               unsigned char* smem) {
-  constexpr int kK = Tr::kK, kBT = Tr::kBT;
-  constexpr int kVs = kThreads / 2;  // 16 value columns per warp
-  const int64_t row0 = int64_t{hv} * p.tokens + t0;
-  // kg^T: all K rows are valid (the prep zeroed the columns j >= nv), rows d in pair order.
-  copy_rows<kThreads, kK, kBT / 4, 0, true, true, 8 * kK>(
-      smem_address(smem + Tr::kOffKgT), p.kgT + (int64_t{hv} * p.slots + slot) * kK * kBT, 8, kK);
-  if constexpr (!Tr::kTransition) {
-    copy_rows<kThreads, kBT, kBT / 4, 0, true, true>(smem_address(smem + Tr::kOffA),
-                                                     p.aqk + row0 * kBT, kBT, nv);
-  }
+// kVs value columns of u from v0 (with_u = false: the transition pass's M columns, whose u is 0,
+// leave sU unloaded).
+template <class Tr, int kVs>
+__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t tile, int v0,
+                                               bool with_u, unsigned char* smem) {
+  constexpr uint32_t kKgTBytes = sizeof(float) * Tr::kK * Tr::kBT;
+  constexpr uint32_t kABytes = Tr::kTransition ? 0 : sizeof(float) * Tr::kBT * Tr::kBT;
+  constexpr uint32_t kUBytes = sizeof(float) * Tr::kBT * kVs;
+  constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
+  const uint32_t bar = smem_address(smem + Tr::kOffBar + 8);
+  mbarrier_expect_tx(bar, kKgTBytes + kABytes + (with_u ? kUBytes : 0) + kGammaBytes);
+  bulk_load(smem_address(smem + Tr::kOffKgT), p.kgT + tile * Tr::kK * Tr::kBT, kKgTBytes, bar);
+  if constexpr (!Tr::kTransition)
+    bulk_load(smem_address(smem + Tr::kOffA), p.aqk + tile * Tr::kBT * Tr::kBT, kABytes, bar);
   if (with_u) {
-    copy_rows<kThreads, kBT, kVs / 4, Tr::ld_u(kVs) * 4, false, false>(
-        smem_address(smem + Tr::kOffU), p.u + row0 * p.V + v0, p.V, nv);
+    bulk_load(smem_address(smem + Tr::kOffU), p.u + tile * Tr::kBT * p.V + Tr::kBT * v0, kUBytes,
+              bar);
   }
-  if (threadIdx.x < kK / 4) {
-    const float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * kK;
-    cp_async_16(smem_address(smem + Tr::kOffGamma) + 16 * threadIdx.x, gGamma + 4 * threadIdx.x,
-                true);
-  }
+  bulk_load(smem_address(smem + Tr::kOffGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar);
 }
 
 // This thread's o values (pair order: tile nn, register e is row i = 8 nn + t + 4 (e % 2), value
@@ -265,8 +216,6 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   const uint32_t sKgT = smem_address(smem + Tr::kOffKgT);
   const float* sGamma = reinterpret_cast<const float*>(smem + Tr::kOffGamma);
   const float* sU = reinterpret_cast<const float*>(smem + Tr::kOffU);
-  // kVs: the CTA's value columns (16 per warp), the width at which scan_load_rest wrote sU.
-  constexpr int ld_u = Tr::ld_u(kVs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
 
@@ -312,7 +261,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 8 * nn + t + 4 * (e % 2);
-      vn[e] = m_part ? -x[nn][e] : sU[j * ld_u + vl + 8 * (e / 2)] - x[nn][e];
+      vn[e] = m_part ? -x[nn][e] : sU[u_image_index<Tr::kBT>(j, vl + 8 * (e / 2))] - x[nn][e];
     }
     if (nv < Tr::kBT) {
 #pragma unroll

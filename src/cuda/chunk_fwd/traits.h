@@ -107,29 +107,29 @@ struct ScanTraits {
   //     sA are empty in the transition pass.
   //   sKgT [kK][kBT] tf32: the state update's wgmma B operand (kg^T: N = d, K-major along the
   //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.
-  //   bar: the mbarrier that the bulk copies of sW and sQg complete on (8 bytes, 16 reserved).
-  //   sGamma [kK], sU [kBT][vs + 4]: read at (row j = 8 nn + t + 4 (e % 2), column g), bank
-  //     4 t + g (mod 32) with this +4 pad: 2-way conflicts between (t, g) and (t + 1, g - 4); a
-  //     +8 pad would avoid them (1 KB more; not measured).
+  //   bar [2]: the mbarriers that the bulk copies of (sW, sQg) and of (sKgT, sA, sU, sGamma)
+  //     complete on (state.cuh).
+  //   sGamma [kK], sU [vs / 64][kBT][64]: the prep's u image (tile_image.cuh: XOR-swizzled
+  //     columns, conflict-free reads without padding).
   static constexpr int kOffW = 0;
   static constexpr int kOffQg = kOffW + kBT * kK * 4;
   static constexpr int kOffA = kOffQg + (kTransition ? 0 : kBT * kK * 4);
   static constexpr int kOffKgT = kOffA + (kTransition ? 0 : kBT * kBT * 4);
-  static constexpr int kOffBar = kOffKgT + kK * kBT * 4;  // mbarrier of the sW / sQg bulk copies
+  static constexpr int kOffBar = kOffKgT + kK * kBT * 4;  // the two mbarriers of the bulk copies
   static constexpr int kOffGamma = kOffBar + 16;
   static constexpr int kOffU = kOffGamma + kK * 4;
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 
-  OPENKDA_HOST_DEVICE static constexpr int ld_u(int vs) { return vs + 4; }
   OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs) {
-    return static_cast<size_t>(kAlign + kOffU) + sizeof(float) * kBT * ld_u(vs);
+    return static_cast<size_t>(kAlign + kOffU) + sizeof(float) * kBT * vs;
   }
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
   static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64 (wgmma N)");
   static_assert(kOffQg % 1024 == 0 && kOffA % 1024 == 0 && kOffKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
-  static_assert(kOffGamma % 16 == 0 && kOffU % 16 == 0, "16-byte cp.async destinations");
+  static_assert(kOffBar % 8 == 0 && kOffGamma % 16 == 0 && kOffU % 16 == 0,
+                "8-byte aligned mbarriers, 16-byte aligned bulk-copy destinations");
   static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
   static_assert(!kTransition || 2 * smem_bytes(64) <= 228 * 1024 - 2 * 1024,
                 "two transition CTAs per multiprocessor (1 KB reserved per CTA)");

@@ -26,24 +26,6 @@ __device__ __forceinline__ uint32_t swizzled_offset(int r, int c16) {
   return static_cast<uint32_t>((c16 / 8) * (kRows * 128) + r * 128 + (((c16 % 8) ^ (r % 8)) * 16));
 }
 
-// Pair order of the scan's tiles (state.cuh explains why): physical row (or column) p holds the
-// chunk row scan_row(p), i.e. within each 8-row group the rows 0, 4, 1, 5, 2, 6, 3, 7;
-// pair_row is its inverse (the physical row of chunk row r).
-__device__ __forceinline__ int scan_row(int p) {
-  return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2);
-}
-__device__ __forceinline__ int pair_row(int r) {
-  return (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
-}
-
-// Byte offset of element (chunk row r, column d) in the shared-memory image of a swizzled K-major
-// tile of kRows rows in pair order: what the prep writes to the workspace for w and qg, so that the
-// scan's bulk copy of the whole tile lands as its wgmma B operand.
-template <int kRows>
-__device__ __forceinline__ uint32_t pair_image_offset(int r, int d) {
-  return swizzled_offset<kRows>(pair_row(r), d / 4) + 4 * static_cast<uint32_t>(d % 4);
-}
-
 // Shared-memory matrix descriptor of k step kk of a swizzled K-major tile at shared address
 // `tile` (1024-byte aligned) with kRows rows: 128-byte swizzle (mode 1), stride byte offset
 // 1024, leading byte offset unused (1).

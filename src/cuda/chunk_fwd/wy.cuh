@@ -1,9 +1,9 @@
 // Stage 3 of the chunk_kda forward (prep kernel): the gated keys and the WY representation.
 // CPU twin: cpu/chunk_fwd.cpp fwd_wy.
 //
-// What it computes, for rows i < nv of one chunk (rows past the chunk are never written to the
-// token-indexed tile u: those rows belong to the next chunk; the per-slot tiles w, qg and kg^T
-// are written whole, with zero rows (w, qg) or columns (kg^T) past the chunk):
+// What it computes, for rows i < nv of one chunk; every tile goes to the workspace whole, as the
+// scan's shared-memory image (tile_image.cuh), rows (columns of kg^T) past the chunk from the
+// zero rows of q, k, beta there:
 // w, qg and kg (and the w / u operands in sQ, sK) are stored as tf32 operands (tf32_operand,
 // mma.cuh): only tensor cores read them.
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
@@ -28,34 +28,29 @@
 #include "cuda/chunk_fwd/gate_cumsum.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/tile_image.cuh"
 #include "cuda/chunk_fwd/traits.h"
-#include "cuda/chunk_fwd/wgmma.cuh"
 #include "cuda/common/vec.cuh"
 
 namespace openkda::cuda::chunk_forward {
 
 // qg, kg^T and gamma to the workspace, by `threads` threads (`tid` in [0, threads)): the warps the
-// intra products leave free, while those still read sQ, sK and sG (read-only here). `slot`: the
-// chunk's global index.
-//   qg: the chunk's whole tile as the scan's shared-memory image (pair_image_offset, wgmma.cuh;
-//     rows past the chunk are 0: q is 0 there), thread (i, 4 columns d): float4 row reads and
-//     16-byte stores.
-//   kg^T: the chunk's whole tile (columns j >= nv are 0: k is 0 there), the scan's wgmma B
-//     operand of the state update (K-major, so transposed here), stored as [BT / 8][K][8]: element
-//     (d, j) at (j / 8) 8K + 8 d + j % 8. Thread (d, 4 columns j .. j + 3, j % 4 = 0), a warp 16
-//     consecutive d times both halves of an 8-column group: each store instruction writes 512
-//     contiguous bytes (whole sectors; 8 columns per thread wrote two 16-byte halves 32 bytes
-//     apart per instruction, half of every sector), and the column reads of sK and sG hit 32
-//     distinct banks (rows 4 apart, kLdX = 4 mod 32).
+// intra products leave free, while those still read sQ, sK and sG (read-only here). `tile`: the
+// index of the chunk's workspace tiles (HV * slot + hv).
+//   qg: thread (i, 4 columns d): float4 row reads, one 16-byte chunk of the image per store.
+//   kg^T: the scan's wgmma B operand of the state update (K-major, so transposed here). Thread
+//     (d, 4 columns j .. j + 3, j % 4 = 0), a warp 16 consecutive d times both halves of an
+//     8-column group: each store instruction writes one 32-byte sector of 16 image rows (the two
+//     halves stay adjacent under the swizzle), and the column reads of sK and sG hit 32 distinct
+//     banks (rows 4 apart, kLdX = 4 mod 32).
 template <class Tr>
 __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
-                                                 int64_t slot, int hv,
-                                                 const float* sQ, const float* sK, const float* sG,
-                                                 int tid, int threads) {
+                                                 int64_t tile, const float* sQ, const float* sK,
+                                                 const float* sG, int tid, int threads) {
   constexpr int kC4 = Tr::kK / 4;
   constexpr int kLd = Tr::kLdX;
   const float* sGlast = sG + (cc.nv - 1) * kLd;
-  char* gQg = reinterpret_cast<char*>(p.qg + (int64_t{hv} * p.slots + slot) * Tr::kBT * Tr::kK);
+  char* gQg = reinterpret_cast<char*>(p.qg + tile * Tr::kBT * Tr::kK);
   for (int idx = tid; idx < Tr::kBT * kC4; idx += threads) {
     const int i = idx / kC4, d = 4 * (idx % kC4);
     const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
@@ -67,7 +62,7 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
                     tf32_operand(p.scale * q4.z * exp2_operand(g4.z)),
                     tf32_operand(p.scale * q4.w * exp2_operand(g4.w)));
   }
-  float* gKgT = p.kgT + (int64_t{hv} * p.slots + slot) * Tr::kK * Tr::kBT;
+  char* gKgT = reinterpret_cast<char*>(p.kgT + tile * Tr::kK * Tr::kBT);
   for (int idx = tid; idx < Tr::kK * (Tr::kBT / 4); idx += threads) {
     const int half = idx % 2, d = (idx / 2) % Tr::kK, j8 = 8 * (idx / (2 * Tr::kK));
     const int j = j8 + 4 * half;
@@ -78,10 +73,10 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
       const int at = (j + e) * kLd + d;
       y[e] = tf32_operand(sK[at] * exp2_operand(gl - sG[at]));
     }
-    *reinterpret_cast<float4*>(gKgT + (j8 * Tr::kK + 8 * d + 4 * half)) =
+    *reinterpret_cast<float4*>(gKgT + pair_image_offset<Tr::kK>(d, j)) =
         make_float4(y[0], y[1], y[2], y[3]);
   }
-  float* gGamma = p.gamma + (int64_t{hv} * p.slots + slot) * Tr::kK;
+  float* gGamma = p.gamma + tile * Tr::kK;
   for (int d = tid; d < Tr::kK; d += threads) gGamma[d] = exp2f(sGlast[d]);
 }
 
@@ -135,13 +130,13 @@ __device__ __forceinline__ void load_beta_v(const ChunkFwdParams& p, const Chunk
 }
 
 // w = Tinv sQ and u = Tinv sK, in one pass over the Tinv fragments (each A fragment is read and
-// converted once for both products). gW: the chunk's w image (all BT rows, pair_image_offset; rows
-// past the chunk are 0: beta is 0 there); gU: row 0 of the chunk's [rows, V] tile (rows i < nv).
-// sQ, sK hold tf32 operands (gate_w_operand, load_beta_v). w is only ever an mma operand (the
-// scan), so it is stored as a tf32 operand too; u is not (the scan subtracts it in f32).
+// converted once for both products), to the chunk's w and u images gW, gU (every row: those past
+// the chunk are 0, beta is 0 there). sQ, sK hold tf32 operands (gate_w_operand, load_beta_v). w
+// is only ever an mma operand (the scan), so it is stored as a tf32 operand too; u is not (the
+// scan subtracts it in f32).
 template <class Tr>
 __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, const float* sK,
-                                            float* gW, float* gU, int nv) {
+                                            float* gW, float* gU) {
   constexpr int kMT = Tr::kBT / kSubChunk;     // 16-row tiles
   constexpr int kNG = Tr::kWarps / kMT;        // column groups
   constexpr int kTilesW = (Tr::kK / 8) / kNG;  // 8-column tiles per warp
@@ -188,10 +183,10 @@ __device__ __forceinline__ void wy_products(const float* sA, const float* sQ, co
                 tf32_operand(acc_w[q][2]), tf32_operand(acc_w[q][3]));
   }
 #pragma unroll
-  for (int q = 0; q < kTilesU; ++q) {
+  for (int q = 0; q < kTilesU; ++q) {  // the XOR of u_image_index keeps (col, col + 1) adjacent
     const int col = 8 * (ng * kTilesU + q) + 2 * t;
-    if (r0 < nv) store_f32x2(gU + int64_t{r0} * Tr::kV + col, acc_u[q][0], acc_u[q][1]);
-    if (r1 < nv) store_f32x2(gU + int64_t{r1} * Tr::kV + col, acc_u[q][2], acc_u[q][3]);
+    store_f32x2(gU + u_image_index<Tr::kBT>(r0, col), acc_u[q][0], acc_u[q][1]);
+    store_f32x2(gU + u_image_index<Tr::kBT>(r1, col), acc_u[q][2], acc_u[q][3]);
   }
 }
 

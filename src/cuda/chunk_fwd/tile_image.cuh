@@ -1,0 +1,49 @@
+// The layouts of the workspace tiles that the prep kernel writes and the scan kernel copies into
+// its shared memory whole, with one bulk copy per tile and chunk (cp.async.bulk; no per-thread
+// address arithmetic in the scan). Each tile of one (chunk slot, value head) is stored exactly as
+// the scan's shared memory holds it, rows past the chunk included (zero or finite garbage that
+// the scan masks: state.cuh), so the copy is a contiguous byte range.
+//
+//   w, qg   [BT][K]   wgmma B operands of X^T = S^T w^T and O^T = S^T qg^T: 128-byte swizzled,
+//                     K-major (wgmma.cuh), rows in pair order (below)
+//   A_qk    [BT][BT]  the B operand of O^T += v_new^T A_qk^T: the same layout with BT columns
+//   kg^T    [K][BT]   the B operand of the state update: the same layout, rows d in pair order
+//   u       [V / 64][BT][64]  slices of 64 value columns (a 4-warp scan CTA copies one slice,
+//                     an 8-warp one two); within a row, column c at c ^ (8 (j % 4)): the scan
+//                     reads (row j = 8 nn + t + 4 (e % 2), column 16 w + g + 8 h), so the XOR
+//                     by 8 t puts the 32 lanes of a warp on 32 distinct banks without padding
+//   gamma   [K]       plain
+//
+// Pair order (state.cuh says why): physical row (or column) p of a tile holds the chunk row
+// scan_row(p), i.e. within each 8-row group the rows 0, 4, 1, 5, 2, 6, 3, 7; pair_row is the
+// inverse (the physical row of chunk row r).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/chunk_fwd/wgmma.cuh"
+
+namespace openkda::cuda::chunk_forward {
+
+__device__ __forceinline__ int scan_row(int p) {
+  return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2);
+}
+__device__ __forceinline__ int pair_row(int r) {
+  return (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
+}
+
+// Byte offset of element (row r, column d) of a swizzled K-major tile image of kRows rows in
+// pair order (w, qg, A_qk: r = chunk row; kg^T: r = d, the column the chunk row j).
+template <int kRows>
+__device__ __forceinline__ uint32_t pair_image_offset(int r, int d) {
+  return swizzled_offset<kRows>(pair_row(r), d / 4) + 4 * static_cast<uint32_t>(d % 4);
+}
+
+// Float index of element (chunk row j, value column c) of a u image of kBT rows (c relative to the
+// first column of the image, a multiple of 64).
+template <int kBT>
+__device__ __forceinline__ int u_image_index(int j, int c) {
+  return ((c / 64) * kBT + j) * 64 + ((c % 64) ^ (8 * (j % 4)));
+}
+
+}  // namespace openkda::cuda::chunk_forward
