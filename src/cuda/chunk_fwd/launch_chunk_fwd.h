@@ -22,13 +22,14 @@ namespace openkda::cuda {
 // and the supported choices otherwise.
 Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 
-// Bytes of scratch chunk_fwd needs (f32 intermediates of every token and value head, kg^T and
-// gamma per chunk slot, the varlen chunk tables, and the time split's segment states); depends on
-// the shapes, on whether h is requested, and on the current device's SM count (the time split's
-// plan), never on device data. The kernels' chunk is BT = 32 whatever args.chunk_size (launch.cu:
-// kKernelChunk). With varlen the slot count is the bound floor((T + N (BT - 1)) / BT), so many
-// short sequences cost more than their tokens (N = T one-token sequences at K = V = 128: about 8.5x
-// the workspace of one sequence of T tokens). 0 when chunk_fwd_can_implement fails.
+// Bytes of scratch chunk_fwd needs (the f32 intermediates of every chunk slot and value head, as
+// whole 32-row tiles: ~70 KB per slot and head at K = V = 128; the varlen chunk tables; the time
+// split's segment states); depends on the shapes, on whether h is requested, and on the current
+// device's SM count (the time split's plan), never on device data. The kernels' chunk is BT = 32
+// whatever args.chunk_size (launch.cu: kKernelChunk). With varlen the slot count is the bound
+// floor((T + N (BT - 1)) / BT), so short sequences cost more than their tokens: each takes whole
+// slots (N = T one-token sequences: 32x the workspace of one sequence of T tokens). 0 when
+// chunk_fwd_can_implement fails.
 size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 
 // chunk_kda forward on `stream` (a cudaStream_t; null is the legacy default stream) for args that
