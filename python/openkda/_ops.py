@@ -13,9 +13,10 @@ openkda::gate_bwd      fused_kda_gate backward -> (dg, dA_log, ddt_bias)
 
 Custom ops cannot return None: outputs that were not requested come back as empty tensors
 (``numel() == 0``) and the public wrappers map them back to None. The public wrappers call an
-op's implementation (``_chunk_fwd``, ``_recurrent_fwd``, ``_gate_fwd``) directly when
-``needs_dispatch`` finds nothing that needs the op (autograd, fake tensors, tracing, functorch,
-tensor subclasses): the same computation without the dispatcher's host time. Each op allocates
+op's implementation (``chunk_fwd_direct``: ``_chunk_fwd`` without the placeholders;
+``_recurrent_fwd``, ``_gate_fwd``) directly when ``needs_dispatch`` finds nothing that needs the
+op (autograd, fake tensors, tracing, functorch, tensor subclasses): the same computation without
+the dispatcher's host time. Each op allocates
 its outputs and its workspace with torch, makes every input contiguous (``.detach().contiguous()``: a no-op
 for contiguous tensors) and calls ``openkda._C`` on the current CUDA stream (0 on CPU). Options
 are keyword-only arguments; ``setup_context`` reads inputs by name.
