@@ -21,7 +21,7 @@
 //   computing both matrices' blocks (shared anchor factors and B operand); the exp2 factors of
 //   their operands are exp2_operand (rounded to tf32 right after).
 //   A_qk goes straight to the workspace as tf32 operands, as the scan's shared-memory image of
-//   the tile (tile_image.cuh; every row, those past the chunk from q = 0); A_kk stays in shared
+//   the tile (tile_image.h; every row, those past the chunk from q = 0); A_kk stays in shared
 //   memory in f32 (the inverse reads it).
 //
 // Inverse: the diagonal blocks by forward substitution in f32 (one warp per block, lane j owns
@@ -39,7 +39,7 @@
 
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
-#include "cuda/chunk_fwd/tile_image.cuh"
+#include "cuda/chunk_fwd/tile_image.h"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/common/math.cuh"
 

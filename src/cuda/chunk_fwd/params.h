@@ -19,7 +19,7 @@
 //                 over [B, NT_h] (dense) or [1, NT] (varlen); may be null
 // Workspace (launch.cu: WorkspaceLayout; f32 unless noted). The prep's outputs are per (value head,
 // chunk slot) tiles (tile = HV-major index hv * slots + slot), each stored as the scan's
-// shared-memory image of it (tile_image.cuh: one bulk copy per tile; rows past the chunk come from
+// shared-memory image of it (tile_image.h: one bulk copy per tile; rows past the chunk come from
 // the zero rows of q, k and beta there):
 //   chunk_offsets [N + 1] i32      first chunk of every sequence (varlen only)
 //   h_offsets     [N + 1] i32      first snapshot of every sequence (varlen with h and

@@ -39,7 +39,7 @@
 // chunks in order. Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K] and sA
 // [BT][BT] swizzled, sKgT [K][BT] swizzled, sGamma [K], sU [vs / 64][BT][64], two mbarriers:
 // 70 KB at K = 128, BT = 32, vs = 128 (62 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a
-// bulk copy of the prep's image of it (tile_image.cuh). Pipeline (kernels.cuh): the next chunk's
+// bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh): the next chunk's
 // sW / sQg load while this chunk finishes (after the first products), its sKgT / sA / sU / sGamma
 // while the next chunk's first products run; two groups of bulk copies per chunk, one mbarrier
 // each, no extra shared memory.
@@ -50,7 +50,7 @@
 #include "cuda/chunk_fwd/chunk_index.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
-#include "cuda/chunk_fwd/tile_image.cuh"
+#include "cuda/chunk_fwd/tile_image.h"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/chunk_fwd/wgmma.cuh"
 #include "cuda/common/bulk_copy.cuh"
@@ -101,7 +101,7 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
 // scan kernel can prefetch the next chunk into buffers as soon as they are dead:
 //   scan_load_wq    sW, sQg                on bar (read only by the first products of scan_step)
 //   scan_load_rest  sKgT, sA, sU, sGamma   on bar + 8 (read only after scan_step's mid-chunk hook)
-// Each source is the prep's image of the whole tile (tile_image.cuh): the copy lands as the
+// Each source is the prep's image of the whole tile (tile_image.h): the copy lands as the
 // swizzled, pair-ordered wgmma operand (sW, sQg, sA: physical row p holds chunk row scan_row(p);
 // sKgT: d = scan_row(p)) or as the XOR-swizzled sU slices, with the prep's rows past the chunk.
 template <class Tr>

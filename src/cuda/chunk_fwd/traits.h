@@ -109,7 +109,7 @@ struct ScanTraits {
   //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.
   //   bar [2]: the mbarriers that the bulk copies of (sW, sQg) and of (sKgT, sA, sU, sGamma)
   //     complete on (state.cuh).
-  //   sGamma [kK], sU [vs / 64][kBT][64]: the prep's u image (tile_image.cuh: XOR-swizzled
+  //   sGamma [kK], sU [vs / 64][kBT][64]: the prep's u image (tile_image.h: XOR-swizzled
   //     columns, conflict-free reads without padding).
   static constexpr int kOffW = 0;
   static constexpr int kOffQg = kOffW + kBT * kK * 4;

@@ -20,12 +20,6 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// Byte offset of 16-byte chunk c16 (along K) of row r in a swizzled K-major tile of kRows rows.
-template <int kRows>
-__device__ __forceinline__ uint32_t swizzled_offset(int r, int c16) {
-  return static_cast<uint32_t>((c16 / 8) * (kRows * 128) + r * 128 + (((c16 % 8) ^ (r % 8)) * 16));
-}
-
 // Shared-memory matrix descriptor of k step kk of a swizzled K-major tile at shared address
 // `tile` (1024-byte aligned) with kRows rows: 128-byte swizzle (mode 1), stride byte offset
 // 1024, leading byte offset unused (1).

@@ -2,7 +2,7 @@
 // CPU twin: cpu/chunk_fwd.cpp fwd_wy.
 //
 // What it computes, for rows i < nv of one chunk; every tile goes to the workspace whole, as the
-// scan's shared-memory image (tile_image.cuh), rows (columns of kg^T) past the chunk from the
+// scan's shared-memory image (tile_image.h), rows (columns of kg^T) past the chunk from the
 // zero rows of q, k, beta there:
 // w, qg and kg (and the w / u operands in sQ, sK) are stored as tf32 operands (tf32_operand,
 // mma.cuh): only tensor cores read them.
@@ -28,7 +28,7 @@
 #include "cuda/chunk_fwd/gate_cumsum.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
-#include "cuda/chunk_fwd/tile_image.cuh"
+#include "cuda/chunk_fwd/tile_image.h"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/common/vec.cuh"
 

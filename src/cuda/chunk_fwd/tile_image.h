@@ -17,32 +17,44 @@
 // Pair order (state.cuh says why): physical row (or column) p of a tile holds the chunk row
 // scan_row(p), i.e. within each 8-row group the rows 0, 4, 1, 5, 2, 6, 3, 7; pair_row is the
 // inverse (the physical row of chunk row r).
+//
+// Plain C++ (host and device): tests/cpp/test_tile_image.cpp checks on the CPU that every map is a
+// bijection onto its tile, that the pair order inverts, and that the scan's u reads are free of
+// bank conflicts.
 #pragma once
 
 #include <cstdint>
 
-#include "cuda/chunk_fwd/wgmma.cuh"
+#include "openkda/tensor_ref.h"  // OPENKDA_HOST_DEVICE
 
 namespace openkda::cuda::chunk_forward {
 
-__device__ __forceinline__ int scan_row(int p) {
+// Byte offset of 16-byte chunk c16 (along K) of row r in a 128-byte swizzled K-major tile of kRows
+// rows (wgmma.cuh): kCols / 32 regions of kRows rows x 128 bytes; in a region, chunk c of row r at
+// r * 128 + ((c ^ r % 8) * 16).
+template <int kRows>
+OPENKDA_HOST_DEVICE constexpr uint32_t swizzled_offset(int r, int c16) {
+  return static_cast<uint32_t>((c16 / 8) * (kRows * 128) + r * 128 + (((c16 % 8) ^ (r % 8)) * 16));
+}
+
+OPENKDA_HOST_DEVICE constexpr int scan_row(int p) {
   return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2);
 }
-__device__ __forceinline__ int pair_row(int r) {
+OPENKDA_HOST_DEVICE constexpr int pair_row(int r) {
   return (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
 }
 
 // Byte offset of element (row r, column d) of a swizzled K-major tile image of kRows rows in
 // pair order (w, qg, A_qk: r = chunk row; kg^T: r = d, the column the chunk row j).
 template <int kRows>
-__device__ __forceinline__ uint32_t pair_image_offset(int r, int d) {
+OPENKDA_HOST_DEVICE constexpr uint32_t pair_image_offset(int r, int d) {
   return swizzled_offset<kRows>(pair_row(r), d / 4) + 4 * static_cast<uint32_t>(d % 4);
 }
 
 // Float index of element (chunk row j, value column c) of a u image of kBT rows (c relative to the
 // first column of the image, a multiple of 64).
 template <int kBT>
-__device__ __forceinline__ int u_image_index(int j, int c) {
+OPENKDA_HOST_DEVICE constexpr int u_image_index(int j, int c) {
   return ((c / 64) * kBT + j) * 64 + ((c % 64) ^ (8 * (j % 4)));
 }
 

@@ -1,0 +1,110 @@
+// Layout maps of the chunk_kda forward's workspace tile images (src/cuda/chunk_fwd/tile_image.h):
+// the prep kernel writes every tile exactly as the scan kernel's shared memory holds it, and the
+// scan copies it whole. These host-side checks pin the maps that both kernels share: each is a
+// bijection onto its tile, the pair order inverts, the image of a swizzled tile is the layout the
+// scan's wgmma descriptors read (physical row p holds chunk row scan_row(p)), the prep's vector
+// stores stay contiguous, and the scan's reads of u hit 32 distinct banks per warp.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "cuda/chunk_fwd/tile_image.h"
+
+namespace {
+
+using openkda::cuda::chunk_forward::pair_image_offset;
+using openkda::cuda::chunk_forward::pair_row;
+using openkda::cuda::chunk_forward::scan_row;
+using openkda::cuda::chunk_forward::swizzled_offset;
+using openkda::cuda::chunk_forward::u_image_index;
+
+TEST(TileImage, PairOrderInverts) {
+  const int expected[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // chunk rows of physical rows 0..7
+  for (int p = 0; p < 8; ++p) EXPECT_EQ(scan_row(p), expected[p]) << "p = " << p;
+  for (int r = 0; r < 256; ++r) {
+    EXPECT_EQ(scan_row(pair_row(r)), r) << "r = " << r;
+    EXPECT_EQ(pair_row(scan_row(r)), r) << "p = " << r;
+    EXPECT_EQ(pair_row(r) / 8, r / 8) << "r = " << r;  // stays in its 8-row group
+  }
+}
+
+// A swizzled K-major tile of kRows rows and `cols` f32 columns (w / qg: 32 x K; A_qk: 32 x 32;
+// kg^T: K x 32).
+template <int kRows>
+void check_pair_image(int cols) {
+  SCOPED_TRACE(testing::Message() << kRows << " x " << cols);
+  const uint32_t bytes = 4u * kRows * cols;
+  std::set<uint32_t> seen;
+  for (int r = 0; r < kRows; ++r) {
+    for (int d = 0; d < cols; ++d) {
+      const uint32_t at = pair_image_offset<kRows>(r, d);
+      ASSERT_LT(at, bytes) << "(" << r << ", " << d << ")";
+      ASSERT_EQ(at % 4, 0u);
+      ASSERT_TRUE(seen.insert(at).second) << "(" << r << ", " << d << ") collides";
+      // The prep's stores: 8 bytes at even d (float2), 16 at d % 4 == 0 (float4) stay contiguous.
+      if (d % 4 != 3) ASSERT_EQ(pair_image_offset<kRows>(r, d + 1), at + 4);
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kRows) * cols);
+  // What the scan's wgmma reads: 16-byte chunk c of physical row p (swizzled_offset, the layout
+  // of the descriptors in wgmma.cuh) holds chunk row scan_row(p), columns 4c .. 4c + 3.
+  for (int p = 0; p < kRows; ++p) {
+    for (int c = 0; c < cols / 4; ++c) {
+      ASSERT_EQ(pair_image_offset<kRows>(scan_row(p), 4 * c), swizzled_offset<kRows>(p, c))
+          << "p = " << p << ", c = " << c;
+    }
+  }
+}
+
+TEST(TileImage, SwizzledTilesAreBijectionsInPairOrder) {
+  check_pair_image<32>(64);   // w, qg at K = 64
+  check_pair_image<32>(128);  // w, qg at K = 128
+  check_pair_image<32>(32);   // A_qk
+  check_pair_image<64>(32);   // kg^T at K = 64
+  check_pair_image<128>(32);  // kg^T at K = 128
+}
+
+TEST(TileImage, UImageIsABijectionOfSlices) {
+  constexpr int kBT = 32;
+  for (int V : {64, 128}) {
+    std::vector<int> hits(kBT * V, 0);
+    for (int j = 0; j < kBT; ++j) {
+      for (int c = 0; c < V; ++c) {
+        const int at = u_image_index<kBT>(j, c);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, kBT * V);
+        ++hits[at];
+        // A 4-warp scan CTA copies the 64-column slice of its v0 alone: the slice is one
+        // contiguous block and indexes the same way from its own start.
+        ASSERT_EQ(at, (c / 64) * kBT * 64 + u_image_index<kBT>(j, c % 64));
+        // The prep's float2 stores (even c) stay contiguous.
+        if (c % 2 == 0) ASSERT_EQ(u_image_index<kBT>(j, c + 1), at + 1);
+      }
+    }
+    for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", index " << i;
+  }
+}
+
+TEST(TileImage, ScanReadsOfUAreConflictFree) {
+  // scan_step's read: lane (g = lane / 4, t = lane % 4) of warp w loads row j = 8 nn + t + 4 s and
+  // column 16 w + g + 8 h (s, h in {0, 1}); 32 banks of 4 bytes.
+  constexpr int kBT = 32;
+  for (int w = 0; w < 8; ++w) {
+    for (int nn = 0; nn < kBT / 8; ++nn) {
+      for (int s = 0; s < 2; ++s) {
+        for (int h = 0; h < 2; ++h) {
+          std::set<int> banks;
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane / 4, t = lane % 4;
+            banks.insert(u_image_index<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) % 32);
+          }
+          EXPECT_EQ(banks.size(), 32u) << "w " << w << " nn " << nn << " s " << s << " h " << h;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
