@@ -11,7 +11,7 @@
 // (row = lane / 4, column = lane % 4) has a row stride = 4 (mod 32); one read as float2 at
 // (row = lane / 4, column = 2 (lane % 4)) or as (row = 2 (lane % 4), column = lane / 4) has a row
 // stride = 8 (mod 32) or 4 (mod 32) respectively (see each tile below). Every row stride is a
-// multiple of 4 floats so that float4 / 16-byte cp.async accesses stay aligned.
+// multiple of 4 floats so that float4 accesses stay aligned.
 #pragma once
 
 #include <cstddef>

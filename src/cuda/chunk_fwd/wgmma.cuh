@@ -12,8 +12,10 @@
 // (8 tf32 = 32 bytes) starts at region kk / 4, byte (kk % 4) * 32. Regions are 1024-byte aligned.
 //
 // Ordering: wgmma_fence() after the registers it reads (A, D) were written by other instructions;
-// wgmma_commit() + wgmma_wait<0>() before D is read; shared memory written by the threads (or by
-// cp.async) needs fence_proxy_async_shared() in every writer and a barrier before the wgmma.
+// wgmma_commit() + wgmma_wait<0>() before D is read; shared memory written by the threads needs
+// fence_proxy_async_shared() in every writer and a barrier before the wgmma, shared memory written
+// by a bulk copy (the scan's tiles) a wait on its mbarrier (the copy engine is the async proxy).
+// The tiles' image layout (swizzled_offset, pair order) is in tile_image.h.
 #pragma once
 
 #include <cstdint>
