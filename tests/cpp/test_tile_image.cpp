@@ -44,7 +44,9 @@ void check_pair_image(int cols) {
       ASSERT_EQ(at % 4, 0u);
       ASSERT_TRUE(seen.insert(at).second) << "(" << r << ", " << d << ") collides";
       // The prep's stores: 8 bytes at even d (float2), 16 at d % 4 == 0 (float4) stay contiguous.
-      if (d % 4 != 3) ASSERT_EQ(pair_image_offset<kRows>(r, d + 1), at + 4);
+      if (d % 4 != 3) {
+        ASSERT_EQ(pair_image_offset<kRows>(r, d + 1), at + 4);
+      }
     }
   }
   EXPECT_EQ(seen.size(), static_cast<size_t>(kRows) * cols);
@@ -80,7 +82,9 @@ TEST(TileImage, UImageIsABijectionOfSlices) {
         // contiguous block and indexes the same way from its own start.
         ASSERT_EQ(at, (c / 64) * kBT * 64 + u_image_index<kBT>(j, c % 64));
         // The prep's float2 stores (even c) stay contiguous.
-        if (c % 2 == 0) ASSERT_EQ(u_image_index<kBT>(j, c + 1), at + 1);
+        if (c % 2 == 0) {
+          ASSERT_EQ(u_image_index<kBT>(j, c + 1), at + 1);
+        }
       }
     }
     for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", index " << i;

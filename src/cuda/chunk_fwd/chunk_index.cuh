@@ -11,7 +11,7 @@
 //   chunk_offsets[n]    varlen: first global chunk of sequence n, the exclusive prefix sum of
 //                       ceil(len / BT) (chunk_offsets[N] = chunks over all sequences), capped at
 //                       the workspace's slots; FLA's prepare_chunk_offsets. Global chunk c0 + c
-//                       indexes gamma and kg^T.
+//                       indexes the chunk's workspace tiles (tile_image.h).
 //   h_offsets[n]        varlen with h snapshots every h_every > 1 chunks: the same prefix sum of
 //                       ceil(len / (BT h_every)), the caller's chunk_size (h's row index).
 //   snapshot_base(n)    first row of h of sequence n: dense n NT_h, varlen h_offsets[n].

@@ -20,14 +20,14 @@
 //                                      accumulates into S^T
 // wgmma reads each B tile once per warpgroup instead of once per warp.
 //
-// Column orders (why the loaders permute rows): an accumulator tile holds columns (2t, 2t + 1)
+// Column orders (why the tiles' rows are permuted): an accumulator tile holds columns (2t, 2t + 1)
 // in thread t, an A fragment columns (t, t + 4). Every accumulator that feeds a later product as
 // A therefore keeps its 8-column tiles in the pair order sigma = [0, 4, 1, 5, 2, 6, 3, 7]:
 // physical column 8 n + p holds logical index 8 n + sigma(p), so thread t's pair is the logical
 // (t, t + 4) and the tile is an A fragment as it stands. S^T gets that order from the B rows of
-// its update (sKgT, whose loader stores at row p the d = scan_row(p)); X^T and O^T get it from
-// the rows of sW, sQg and sA, which the loaders store at row p = the chunk row scan_row(p); v_new
-// inherits it from X^T. So
+// its update (sKgT, whose row p holds d = scan_row(p)); X^T and O^T get it from the rows of sW,
+// sQg and sA, whose row p holds the chunk row scan_row(p) (the prep writes these tile images in
+// that order, tile_image.h; the scan copies them whole); v_new inherits it from X^T. So
 //   S^T register (nt, e) is d = 8 nt + t + 4 (e % 2); X^T, O^T, v_new^T (nn, e) are row
 //   j = 8 nn + t + 4 (e % 2) of the chunk,
 // and every product sums over logical indices in natural order (the B tiles keep natural K).

@@ -103,7 +103,7 @@ struct ScanTraits {
 
   // ---- shared memory plan (bytes from a 1024-byte aligned base); one chunk's tiles ----
   //   sW, sQg [kBT][kK] tf32, sA [kBT][kBT] tf32: wgmma B operands, 128-byte swizzled K-major
-  //     (wgmma.cuh), rows in the pair order of scan_row (state.cuh); 1024-byte aligned. sQg and
+  //     (wgmma.cuh), rows in the pair order of scan_row (tile_image.h); 1024-byte aligned. sQg and
   //     sA are empty in the transition pass.
   //   sKgT [kK][kBT] tf32: the state update's wgmma B operand (kg^T: N = d, K-major along the
   //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.

@@ -36,7 +36,7 @@ namespace openkda::cuda::chunk_forward {
 
 // qg, kg^T and gamma to the workspace, by `threads` threads (`tid` in [0, threads)): the warps the
 // intra products leave free, while those still read sQ, sK and sG (read-only here). `tile`: the
-// index of the chunk's workspace tiles (HV * slot + hv).
+// index of the chunk's workspace tiles (hv * slots + slot).
 //   qg: thread (i, 4 columns d): float4 row reads, one 16-byte chunk of the image per store.
 //   kg^T: the scan's wgmma B operand of the state update (K-major, so transposed here). Thread
 //     (d, 4 columns j .. j + 3, j % 4 = 0), a warp 16 consecutive d times both halves of an

@@ -6,6 +6,9 @@
 //   issuing thread: mbarrier_init(bar, 1); fence_mbarrier_init(); mbarrier_expect_tx(bar, bytes);
 //                   bulk_load(dst, src, bytes, bar) (one or more, summing to `bytes`);
 //   every reader:   after a __syncthreads that follows the init, mbarrier_wait(bar, 0).
+// A barrier can be reused: load k completes phase k, its readers wait on parity k % 2, and the
+// next expect_tx may come only once every reader of phase k has passed its wait (a block barrier
+// after the waits: the chunk_fwd scan's pipeline, kernels.cuh).
 // Protocol of a bulk store: every writer of the tile fence_proxy_async_shared(); __syncthreads();
 // one thread bulk_store(...); bulk_commit(); and before the tile is written again (or the CTA
 // exits) that thread bulk_wait_read() (the engine has read the tile; the global writes complete
