@@ -72,7 +72,8 @@ def run(device: str, configs: list) -> tuple[dict, list]:
             with torch.inference_mode():
                 o, ht, h = openkda.chunk_kda(*args, **kw)
             runs.append(tuple(t.cpu() for t in (o, ht, h)))
-        key = f"K{K} V{V} {str(dtype).removeprefix('torch.')} {gate} {'varlen' if varlen else 'dense'}"
+        layout = "varlen" if varlen else "dense"
+        key = f"K{K} V{V} {str(dtype).removeprefix('torch.')} {gate} {layout}"
         if not all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r)):
             nondeterministic.append(key)
         outputs[key] = runs[0]
