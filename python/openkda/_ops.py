@@ -16,10 +16,10 @@ Custom ops cannot return None: outputs that were not requested come back as empt
 op's implementation (``chunk_fwd_direct``: ``_chunk_fwd`` without the placeholders;
 ``_recurrent_fwd``, ``_gate_fwd``) directly when ``needs_dispatch`` finds nothing that needs the
 op (autograd, fake tensors, tracing, functorch, tensor subclasses): the same computation without
-the dispatcher's host time. Each op allocates
-its outputs and its workspace with torch, makes every input contiguous (``.detach().contiguous()``: a no-op
-for contiguous tensors) and calls ``openkda._C`` on the current CUDA stream (0 on CPU). Options
-are keyword-only arguments; ``setup_context`` reads inputs by name.
+the dispatcher's host time. Each op allocates its outputs and its workspace with torch, makes
+every input contiguous (``.detach().contiguous()``: a no-op for contiguous tensors) and calls
+``openkda._C`` on the current CUDA stream (0 on CPU). Options are keyword-only arguments;
+``setup_context`` reads inputs by name.
 """
 
 import inspect
@@ -111,8 +111,9 @@ def needs_dispatch(*tensors: Optional[Tensor]) -> bool:
     intercepts the dispatcher (torch.compile, a fake-tensor or tracing mode, a torch function mode,
     functorch transforms, tensor subclasses). A plain eager call skips the op: its dispatch costs
     ~12 us of host time per chunk_kda call (~30 % of it on a 2-core CI machine), and the
-    implementation is exactly what the op runs. Under torch.compile (dynamo tracing a caller) it is always the op:
-    the checks below are not traceable, and the compiled graph should hold the op."""
+    implementation is exactly what the op runs. Under torch.compile (dynamo tracing a caller) it
+    is always the op: the checks below are not traceable, and the compiled graph should hold the
+    op."""
     if torch.compiler.is_compiling():
         return True
     if (torch._C._are_functorch_transforms_active()
