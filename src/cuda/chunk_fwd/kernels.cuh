@@ -171,48 +171,57 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     load_state<kK>(p.seg_init, DType::kF32, seg_index * head_state, p.V, false, vcol, s);
   }
 
-  // Two-stage pipeline over the chunks, two groups of bulk copies per chunk c, each issued by
-  // thread 0 and completing phase c - c_begin of its mbarrier:
-  //   WQ(c)   sW, sQg                on bar_wq; issued once every warp has finished chunk c - 1's
-  //                                  first products (prologue for c = c_begin)
-  //   REST(c) sKgT, sA, sU, sGamma   on bar_rest; issued once every warp has finished chunk c - 1
-  // A thread waits on the phase parity (c - c_begin) % 2 before its first read of a group (the
-  // engine's writes are then visible to it and to its wgmma): WQ(c) at the top of chunk c,
-  // REST(c) in the mid-chunk hook. Every refill is preceded by a block barrier after the last
-  // read of its buffers (write-after-read). Nothing is in flight at exit.
-  const uint32_t bar_wq = smem_address(smem + Tr::kOffBar), bar_rest = bar_wq + 8;
+  // Pipeline over the chunks, two groups of bulk copies per chunk c, each issued by thread 0:
+  //   WQ(c)   sW, sQg                one buffer, on bar_wq (phase c - c_begin)
+  //   REST(c) sKgT, sA, sU, sGamma   REST buffer b = (c - c_begin) % 2, on bar_rest(b) (phase
+  //                                  (c - c_begin) / 2)
+  // Both groups of chunk c + 1 are issued right after chunk c's mid-chunk block barrier: every
+  // warp is then done with sW / sQg of chunk c and, having finished chunk c - 1, with REST
+  // buffer 1 - b (write-after-read); that barrier is the only one per chunk. A thread waits on
+  // the phase parity of a group before its first read of it (the engine's writes are then
+  // visible to it and to its wgmma): WQ(c) at the top of chunk c, REST(c) in the mid-chunk hook.
+  // Nothing is in flight at exit.
+  constexpr int kVs = 16 * kWarps;
+  const uint32_t bar_wq = smem_address(smem + Tr::bar_offset(kVs));
+  const auto bar_rest = [&](int b) { return bar_wq + 8 * (b + 1); };
   const bool with_u = !m_part;
   if (threadIdx.x == 0) {
     mbarrier_init(bar_wq, 1);
-    mbarrier_init(bar_rest, 1);
+    mbarrier_init(bar_rest(0), 1);
+    mbarrier_init(bar_rest(1), 1);
     fence_mbarrier_init();
   }
   __syncthreads();  // the initialised barriers, before any thread issues or waits
 
-  for (int64_t c = c_begin; c < c_end; ++c) {
+  // k: chunks since c_begin (an int: chunk_fwd_can_implement bounds the slots by 2^31 - 1).
+  const int nk = static_cast<int>(c_end - c_begin);
+  for (int k = 0; k < nk; ++k) {
+    const int64_t c = c_begin + k;
     const int64_t t0 = span.bos + c * kBT;
     const int nv = static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
     const int64_t tile = int64_t{hv} * p.slots + first_chunk + c;
-    const bool has_next = c + 1 < c_end;
-    const uint32_t parity = static_cast<uint32_t>((c - c_begin) & 1);
-    if (c == c_begin && threadIdx.x == 0) {  // the prologue: chunk c_begin's two groups
-      scan_load_wq<Tr>(p, tile, smem);
-      scan_load_rest<Tr, 16 * kWarps>(p, tile, v0, with_u, smem);
+    const bool has_next = k + 1 < nk;
+    const int b = k & 1;
+    const int rest_off = Tr::rest_offset(b, kVs);
+    if (k == 0 && threadIdx.x == 0) {  // the prologue: chunk c_begin's two groups
+      scan_load_wq<Tr>(p, tile, smem, bar_wq);
+      scan_load_rest<Tr, kVs>(p, tile, v0, with_u, smem + rest_off, bar_rest(b));
     }
     if (!kTransition && p.h != nullptr && c % p.h_every == 0) {  // a snapshot chunk
       const int64_t row = h_base + c / p.h_every;
       if (row < p.h_chunks)
         store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
-    mbarrier_wait(bar_wq, parity);  // WQ(c)
-    scan_step<Tr, 16 * kWarps>(p, hv, t0, nv, v0, m_part, smem, s, [&]() {
-      __syncthreads();  // every warp is done with sW / sQg of chunk c
-      if (has_next && threadIdx.x == 0) scan_load_wq<Tr>(p, tile + 1, smem);
-      mbarrier_wait(bar_rest, parity);  // REST(c)
+    mbarrier_wait(bar_wq, static_cast<uint32_t>(k & 1));  // WQ(c)
+    scan_step<Tr, kVs>(p, hv, t0, nv, v0, m_part, smem, rest_off, s, [&]() {
+      __syncthreads();  // sW / sQg of chunk c and REST buffer 1 - b are free (see above)
+      if (has_next && threadIdx.x == 0) {
+        scan_load_wq<Tr>(p, tile + 1, smem, bar_wq);
+        scan_load_rest<Tr, kVs>(p, tile + 1, v0, with_u, smem + Tr::rest_offset(1 - b, kVs),
+                                bar_rest(1 - b));
+      }
+      mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k >> 1) & 1));  // REST(c)
     });
-    __syncthreads();  // every warp is done with sKgT / sA / sU / sGamma of chunk c
-    if (has_next && threadIdx.x == 0)
-      scan_load_rest<Tr, 16 * kWarps>(p, tile + 1, v0, with_u, smem);
   }
   if constexpr (kTransition) {
     store_state<kK>(p.seg_state, DType::kF32, seg_index * kK * int64_t{p.V + kK}, p.V + kK, false,

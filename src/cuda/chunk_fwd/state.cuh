@@ -97,18 +97,18 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
   }
 }
 
-// The bulk copies of one chunk's tiles, by one thread, in two groups on two mbarriers so that the
-// scan kernel can prefetch the next chunk into buffers as soon as they are dead:
-//   scan_load_wq    sW, sQg                on bar (read only by the first products of scan_step)
-//   scan_load_rest  sKgT, sA, sU, sGamma   on bar + 8 (read only after scan_step's mid-chunk hook)
+// The bulk copies of one chunk's tiles, by one thread, in two groups, each completing on the
+// mbarrier `bar` (kernels.cuh has the pipeline):
+//   scan_load_wq    sW, sQg                (read only by the first products of scan_step)
+//   scan_load_rest  sKgT, sA, sU, sGamma   into the REST buffer at `rest` (read only after
+//                                          scan_step's mid-chunk hook)
 // Each source is the prep's image of the whole tile (tile_image.h): the copy lands as the
 // swizzled, pair-ordered wgmma operand (sW, sQg, sA: physical row p holds chunk row scan_row(p);
 // sKgT: d = scan_row(p)) or as the XOR-swizzled sU slices, with the prep's rows past the chunk.
 template <class Tr>
 __device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int64_t tile,
-                                             unsigned char* smem) {
+                                             unsigned char* smem, uint32_t bar) {
   constexpr uint32_t kTileBytes = sizeof(float) * Tr::kBT * Tr::kK;
-  const uint32_t bar = smem_address(smem + Tr::kOffBar);
   const int64_t at = tile * Tr::kBT * Tr::kK;
   mbarrier_expect_tx(bar, Tr::kTransition ? kTileBytes : 2 * kTileBytes);
   bulk_load(smem_address(smem + Tr::kOffW), p.w + at, kTileBytes, bar);
@@ -120,21 +120,20 @@ __device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int64_t ti
 // leave sU unloaded).
 template <class Tr, int kVs>
 __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t tile, int v0,
-                                               bool with_u, unsigned char* smem) {
+                                               bool with_u, unsigned char* rest, uint32_t bar) {
   constexpr uint32_t kKgTBytes = sizeof(float) * Tr::kK * Tr::kBT;
   constexpr uint32_t kABytes = Tr::kTransition ? 0 : sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kUBytes = sizeof(float) * Tr::kBT * kVs;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
-  const uint32_t bar = smem_address(smem + Tr::kOffBar + 8);
   mbarrier_expect_tx(bar, kKgTBytes + kABytes + (with_u ? kUBytes : 0) + kGammaBytes);
-  bulk_load(smem_address(smem + Tr::kOffKgT), p.kgT + tile * Tr::kK * Tr::kBT, kKgTBytes, bar);
+  bulk_load(smem_address(rest + Tr::kRestKgT), p.kgT + tile * Tr::kK * Tr::kBT, kKgTBytes, bar);
   if constexpr (!Tr::kTransition)
-    bulk_load(smem_address(smem + Tr::kOffA), p.aqk + tile * Tr::kBT * Tr::kBT, kABytes, bar);
+    bulk_load(smem_address(rest + Tr::kRestA), p.aqk + tile * Tr::kBT * Tr::kBT, kABytes, bar);
   if (with_u) {
-    bulk_load(smem_address(smem + Tr::kOffU), p.u + tile * Tr::kBT * p.V + Tr::kBT * v0, kUBytes,
+    bulk_load(smem_address(rest + Tr::kRestU), p.u + tile * Tr::kBT * p.V + Tr::kBT * v0, kUBytes,
               bar);
   }
-  bulk_load(smem_address(smem + Tr::kOffGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar);
+  bulk_load(smem_address(rest + Tr::kRestGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar);
 }
 
 // This thread's o values (pair order: tile nn, register e is row i = 8 nn + t + 4 (e % 2), value
@@ -199,23 +198,24 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
 
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
 // i < nv are written. On entry sW and sQg hold the chunk's tiles (the caller waited on their bulk
-// copies' mbarrier); `mid()` is called by every
-// thread right after the last read of sW / sQg and must return with sKgT, sA, sU and sGamma of
-// the chunk visible the same way (the kernel's pipeline: it refills sW / sQg with the next chunk
-// there). The transition pass (Tr::kTransition, segments.cuh) computes only X^T and the state
-// update, with u = 0 on the M columns (m_part) and no o.
+// copies' mbarrier); `mid()` is called by every thread right after the last read of sW / sQg and
+// must return with sKgT, sA, sU and sGamma of the chunk visible in the REST buffer at byte
+// `rest_off` the same way (the kernel's pipeline: it refills sW / sQg and the other REST buffer
+// with the next chunk there). The transition pass (Tr::kTransition, segments.cuh) computes only X^T
+// and the state update, with u = 0 on the M columns (m_part) and no o.
 template <class Tr, int kVs, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
                                           int v0, bool m_part, const unsigned char* smem,
-                                          float (&s)[Tr::kK / 8][4], Mid&& mid) {
+                                          int rest_off, float (&s)[Tr::kK / 8][4], Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
   const uint32_t sW = smem_address(smem + Tr::kOffW);
   const uint32_t sQg = smem_address(smem + Tr::kOffQg);
-  const uint32_t sA = smem_address(smem + Tr::kOffA);
-  const uint32_t sKgT = smem_address(smem + Tr::kOffKgT);
-  const float* sGamma = reinterpret_cast<const float*>(smem + Tr::kOffGamma);
-  const float* sU = reinterpret_cast<const float*>(smem + Tr::kOffU);
+  const unsigned char* rest = smem + rest_off;
+  const uint32_t sA = smem_address(rest + Tr::kRestA);
+  const uint32_t sKgT = smem_address(rest + Tr::kRestKgT);
+  const float* sGamma = reinterpret_cast<const float*>(rest + Tr::kRestGamma);
+  const float* sU = reinterpret_cast<const float*>(rest + Tr::kRestU);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
 

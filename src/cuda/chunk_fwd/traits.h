@@ -11,7 +11,7 @@
 // (row = lane / 4, column = lane % 4) has a row stride = 4 (mod 32); one read as float2 at
 // (row = lane / 4, column = 2 (lane % 4)) or as (row = 2 (lane % 4), column = lane / 4) has a row
 // stride = 8 (mod 32) or 4 (mod 32) respectively (see each tile below). Every row stride is a
-// multiple of 4 floats so that float4 accesses stay aligned.
+// multiple of 4 floats so that float4 / 16-byte cp.async accesses stay aligned.
 #pragma once
 
 #include <cstddef>
@@ -101,35 +101,43 @@ struct ScanTraits {
   // third template parameter (kernels.cuh).
   static constexpr int kWarpRows = 16;  // value columns (rows of S^T) per warp
 
-  // ---- shared memory plan (bytes from a 1024-byte aligned base); one chunk's tiles ----
-  //   sW, sQg [kBT][kK] tf32, sA [kBT][kBT] tf32: wgmma B operands, 128-byte swizzled K-major
-  //     (wgmma.cuh), rows in the pair order of scan_row (tile_image.h); 1024-byte aligned. sQg and
-  //     sA are empty in the transition pass.
-  //   sKgT [kK][kBT] tf32: the state update's wgmma B operand (kg^T: N = d, K-major along the
-  //     chunk rows j), 128-byte swizzled, rows d in the pair order of scan_row; 1024-byte aligned.
-  //   bar [2]: the mbarriers that the bulk copies of (sW, sQg) and of (sKgT, sA, sU, sGamma)
-  //     complete on (state.cuh).
-  //   sGamma [kK], sU [vs / 64][kBT][64]: the prep's u image (tile_image.h: XOR-swizzled
-  //     columns, conflict-free reads without padding).
+  // ---- shared memory plan (bytes from a 1024-byte aligned base) ----
+  //   WQ tiles (one chunk): sW, sQg [kBT][kK] tf32: wgmma B operands, 128-byte swizzled K-major
+  //     (wgmma.cuh), rows in the pair order of scan_row (tile_image.h); 1024-byte aligned. sQg is
+  //     empty in the transition pass.
+  //   two REST buffers (chunks of even and odd index from the segment's first; kRest* are byte
+  //     offsets within a buffer, which starts 1024-byte aligned at rest_offset(buffer, vs)):
+  //     sA [kBT][kBT] tf32 (swizzled, pair order; empty in the transition pass), sKgT [kK][kBT]
+  //     tf32 (the state update's B operand, kg^T: N = d, K-major along the chunk rows j;
+  //     swizzled, rows d in pair order), sGamma [kK], sU [vs / 64][kBT][64] (the prep's u image:
+  //     XOR-swizzled columns, conflict-free reads without padding).
+  //   bar [3] at bar_offset(vs): the mbarriers of the bulk copies of WQ, REST buffer 0 and REST
+  //     buffer 1 (kernels.cuh).
   static constexpr int kOffW = 0;
   static constexpr int kOffQg = kOffW + kBT * kK * 4;
-  static constexpr int kOffA = kOffQg + (kTransition ? 0 : kBT * kK * 4);
-  static constexpr int kOffKgT = kOffA + (kTransition ? 0 : kBT * kBT * 4);
-  static constexpr int kOffBar = kOffKgT + kK * kBT * 4;  // the two mbarriers of the bulk copies
-  static constexpr int kOffGamma = kOffBar + 16;
-  static constexpr int kOffU = kOffGamma + kK * 4;
+  static constexpr int kOffRest = kOffQg + (kTransition ? 0 : kBT * kK * 4);
+  static constexpr int kRestA = 0;
+  static constexpr int kRestKgT = kRestA + (kTransition ? 0 : kBT * kBT * 4);
+  static constexpr int kRestGamma = kRestKgT + kK * kBT * 4;
+  static constexpr int kRestU = kRestGamma + kK * 4;
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 
+  OPENKDA_HOST_DEVICE static constexpr int rest_bytes(int vs) {
+    return (kRestU + 4 * kBT * vs + 1023) / 1024 * 1024;
+  }
+  OPENKDA_HOST_DEVICE static constexpr int rest_offset(int buffer, int vs) {
+    return kOffRest + buffer * rest_bytes(vs);
+  }
+  OPENKDA_HOST_DEVICE static constexpr int bar_offset(int vs) { return rest_offset(2, vs); }
   OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs) {
-    return static_cast<size_t>(kAlign + kOffU) + sizeof(float) * kBT * vs;
+    return static_cast<size_t>(kAlign + bar_offset(vs) + 3 * 8);
   }
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
   static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64 (wgmma N)");
-  static_assert(kOffQg % 1024 == 0 && kOffA % 1024 == 0 && kOffKgT % 1024 == 0,
+  static_assert(kOffQg % 1024 == 0 && kOffRest % 1024 == 0 && kRestKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
-  static_assert(kOffBar % 8 == 0 && kOffGamma % 16 == 0 && kOffU % 16 == 0,
-                "8-byte aligned mbarriers, 16-byte aligned bulk-copy destinations");
+  static_assert(kRestGamma % 16 == 0 && kRestU % 16 == 0, "16-byte aligned bulk-copy destinations");
   static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
   static_assert(!kTransition || 2 * smem_bytes(64) <= 228 * 1024 - 2 * 1024,
                 "two transition CTAs per multiprocessor (1 KB reserved per CTA)");
