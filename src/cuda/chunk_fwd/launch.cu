@@ -100,7 +100,7 @@ int device_sms() {
 // chunks (the transition and combine passes cost ~1.5 plain chunk steps per segment chunk, so
 // short segments do not pay).
 constexpr int64_t kMinSegmentChunks = 16;
-// The output pass's 4-warp CTAs (253 registers, 62 KB of shared memory at BT = 32) fit two per
+// The output pass's 4-warp CTAs (253 registers, 91 KB of shared memory at BT = 32) fit two per
 // multiprocessor, and its serial chunk steps are latency-bound, so two co-resident CTAs with
 // half the chunks each finish sooner than one with all of them.
 constexpr int64_t kSplitCtasPerSm = 2;

@@ -36,13 +36,12 @@
 //
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
-// chunks in order. Shared memory (ScanTraits, one chunk at a time): sW, sQg [BT][K] and sA
-// [BT][BT] swizzled, sKgT [K][BT] swizzled, sGamma [K], sU [vs / 64][BT][64], two mbarriers:
-// 70 KB at K = 128, BT = 32, vs = 128 (62 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a
-// bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh): the next chunk's
-// sW / sQg load while this chunk finishes (after the first products), its sKgT / sA / sU / sGamma
-// while the next chunk's first products run; two groups of bulk copies per chunk, one mbarrier
-// each, no extra shared memory.
+// chunks in order. Shared memory (ScanTraits): sW, sQg [BT][K] swizzled (one chunk), two REST
+// buffers of sA [BT][BT] and sKgT [K][BT] swizzled, sGamma [K], sU [vs / 64][BT][64], three
+// mbarriers: 107 KB at K = 128, BT = 32, vs = 128 (91 KB at vs = 64: two 4-warp CTAs per SM).
+// Every tile is a bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh): both
+// groups of the next chunk are issued at this chunk's mid-chunk barrier, its sW / sQg while this
+// chunk finishes, its REST tiles into the other buffer.
 #pragma once
 
 #include <cstdint>

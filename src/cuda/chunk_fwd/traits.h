@@ -11,7 +11,7 @@
 // (row = lane / 4, column = lane % 4) has a row stride = 4 (mod 32); one read as float2 at
 // (row = lane / 4, column = 2 (lane % 4)) or as (row = 2 (lane % 4), column = lane / 4) has a row
 // stride = 8 (mod 32) or 4 (mod 32) respectively (see each tile below). Every row stride is a
-// multiple of 4 floats so that float4 / 16-byte cp.async accesses stay aligned.
+// multiple of 4 floats so that float4 accesses stay aligned.
 #pragma once
 
 #include <cstddef>
@@ -94,8 +94,7 @@ struct ScanTraits {
   static constexpr int kK = kK_;
   static constexpr int kBT = kBT_;
   // kTransition: the time split's first pass (segments.cuh), which needs no output tiles (sQg,
-  // sA): 42 KB at K = 128, BT = 32 (83 KB at BT = 64), so that two of its CTAs share a
-  // multiprocessor.
+  // sA): 67 KB at K = 128, BT = 32, so that two of its CTAs share a multiprocessor.
   static constexpr bool kTransition = kTransition_;
   // The kernel's warps (4 or 8: vs = 64 or 128 value columns, one or two warpgroups) are its
   // third template parameter (kernels.cuh).
@@ -134,10 +133,13 @@ struct ScanTraits {
   }
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
-  static_assert(kBT == 32 || kBT == 64, "chunk size 32 or 64 (wgmma N)");
+  static_assert(kBT == 32, "planned for the kernels' 32-token chunks (two REST buffers)");
   static_assert(kOffQg % 1024 == 0 && kOffRest % 1024 == 0 && kRestKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
   static_assert(kRestGamma % 16 == 0 && kRestU % 16 == 0, "16-byte aligned bulk-copy destinations");
+  static_assert(rest_bytes(64) % 1024 == 0 && rest_bytes(128) % 1024 == 0 &&
+                    bar_offset(64) % 8 == 0 && bar_offset(128) % 8 == 0,
+                "1024-byte aligned REST buffers, 8-byte aligned mbarriers");
   static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
   static_assert(!kTransition || 2 * smem_bytes(64) <= 228 * 1024 - 2 * 1024,
                 "two transition CTAs per multiprocessor (1 KB reserved per CTA)");
