@@ -47,7 +47,7 @@ namespace openkda::cuda::chunk_forward {
 
 // Element (i, j) of the chunk's A_qk image at gAqk.
 template <class Tr>
-__device__ __forceinline__ float* aqk_at(float* gAqk, int i, int j) {
+__device__ __forceinline__ float* aqk_at(float* gAqk, unsigned i, unsigned j) {
   return reinterpret_cast<float*>(reinterpret_cast<char*>(gAqk) + pair_image_offset<Tr::kBT>(i, j));
 }
 
@@ -107,9 +107,9 @@ __device__ __forceinline__ int intra_pairs(const ChunkFwdParams& p) {
 // threads (`tid` in [0, threads)).
 template <class Tr>
 __device__ __forceinline__ void intra_zero_upper(float* sA, float* gAqk, int tid, int threads) {
-  constexpr int kRowF4 = Tr::kBT / 4;  // float4 columns per row
-  for (int idx = tid; idx < Tr::kBT * kRowF4; idx += threads) {
-    const int i = idx / kRowF4, j = 4 * (idx % kRowF4);
+  constexpr unsigned kRowF4 = Tr::kBT / 4;  // float4 columns per row
+  for (unsigned idx = tid; idx < Tr::kBT * kRowF4; idx += threads) {
+    const unsigned i = idx / kRowF4, j = 4 * (idx % kRowF4);
     if (j < kSubChunk * (i / kSubChunk + 1)) continue;  // on or below the diagonal block
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     *reinterpret_cast<float4*>(sA + i * Tr::kLdA + j) = zero;

@@ -31,30 +31,31 @@ namespace openkda::cuda::chunk_forward {
 
 // Byte offset of 16-byte chunk c16 (along K) of row r in a 128-byte swizzled K-major tile of kRows
 // rows (wgmma.cuh): kCols / 32 regions of kRows rows x 128 bytes; in a region, chunk c of row r at
-// r * 128 + ((c ^ r % 8) * 16).
+// r * 128 + ((c ^ r % 8) * 16). Every index here is >= 0, and the maps compute in unsigned
+// arithmetic, so that the divisions and remainders are shifts and masks without sign fix-ups.
 template <int kRows>
-OPENKDA_HOST_DEVICE constexpr uint32_t swizzled_offset(int r, int c16) {
-  return static_cast<uint32_t>((c16 / 8) * (kRows * 128) + r * 128 + (((c16 % 8) ^ (r % 8)) * 16));
+OPENKDA_HOST_DEVICE constexpr uint32_t swizzled_offset(uint32_t r, uint32_t c16) {
+  return (c16 / 8) * (kRows * 128u) + r * 128u + (((c16 % 8) ^ (r % 8)) * 16u);
 }
 
-OPENKDA_HOST_DEVICE constexpr int scan_row(int p) {
-  return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2);
+OPENKDA_HOST_DEVICE constexpr uint32_t scan_row(uint32_t p) {
+  return (p & ~7u) | ((p & 7u) >> 1) | ((p & 1u) << 2);
 }
-OPENKDA_HOST_DEVICE constexpr int pair_row(int r) {
-  return (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
+OPENKDA_HOST_DEVICE constexpr uint32_t pair_row(uint32_t r) {
+  return (r & ~7u) | ((r & 3u) << 1) | ((r >> 2) & 1u);
 }
 
 // Byte offset of element (row r, column d) of a swizzled K-major tile image of kRows rows in
 // pair order (w, qg, A_qk: r = chunk row; kg^T: r = d, the column the chunk row j).
 template <int kRows>
-OPENKDA_HOST_DEVICE constexpr uint32_t pair_image_offset(int r, int d) {
-  return swizzled_offset<kRows>(pair_row(r), d / 4) + 4 * static_cast<uint32_t>(d % 4);
+OPENKDA_HOST_DEVICE constexpr uint32_t pair_image_offset(uint32_t r, uint32_t d) {
+  return swizzled_offset<kRows>(pair_row(r), d / 4) + 4 * (d % 4);
 }
 
 // Float index of element (chunk row j, value column c) of a u image of kBT rows (c relative to the
 // first column of the image, a multiple of 64).
 template <int kBT>
-OPENKDA_HOST_DEVICE constexpr int u_image_index(int j, int c) {
+OPENKDA_HOST_DEVICE constexpr uint32_t u_image_index(uint32_t j, uint32_t c) {
   return ((c / 64) * kBT + j) * 64 + ((c % 64) ^ (8 * (j % 4)));
 }
 

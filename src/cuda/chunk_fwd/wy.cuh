@@ -34,12 +34,15 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// qg, kg^T and gamma to the workspace, by `threads` threads (`tid` in [0, threads)): the warps the
-// intra products leave free, while those still read sQ, sK and sG (read-only here). `tile`: the
-// index of the chunk's workspace tiles (hv * slots + slot).
-//   qg: thread (i, 4 columns d): float4 row reads, one 16-byte chunk of the image per store.
+// qg, kg^T and gamma to the workspace, by `threads` threads (`tid` in [0, threads); threads is a
+// multiple of 32): the warps the intra products leave free, while those still read sQ, sK and sG
+// (read-only here). `tile`: the index of the chunk's workspace tiles (hv * slots + slot). Each
+// thread keeps its columns and steps over rows, in unsigned arithmetic: no per-element division
+// or sign fix-up (the index math was most of these loops' instructions).
+//   qg: thread (rows i0 + step r, 4 columns d): float4 row reads, one 16-byte chunk of the image
+//     per store.
 //   kg^T: the scan's wgmma B operand of the state update (K-major, so transposed here). Thread
-//     (d, 4 columns j .. j + 3, j % 4 = 0), a warp 16 consecutive d times both halves of an
+//     (half, d, 4 columns j .. j + 3, j % 4 = 0), a warp 16 consecutive d times both halves of an
 //     8-column group: each store instruction writes one 32-byte sector of 16 image rows (the two
 //     halves stay adjacent under the swizzle), and the column reads of sK and sG hit 32 distinct
 //     banks (rows 4 apart, kLdX = 4 mod 32).
@@ -47,48 +50,58 @@ template <class Tr>
 __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                  int64_t tile, const float* sQ, const float* sK,
                                                  const float* sG, int tid, int threads) {
-  constexpr int kC4 = Tr::kK / 4;
-  constexpr int kLd = Tr::kLdX;
+  constexpr unsigned kC4 = Tr::kK / 4;  // 16-byte chunks per row (16 or 32: divides a warp)
+  constexpr unsigned kLd = Tr::kLdX;
+  static_assert(32 % kC4 == 0 && Tr::kBT == 32, "whole rows per warp; kg^T: one 32-row region");
+  const unsigned utid = static_cast<unsigned>(tid), uthreads = static_cast<unsigned>(threads);
   const float* sGlast = sG + (cc.nv - 1) * kLd;
   char* gQg = reinterpret_cast<char*>(p.qg + tile * Tr::kBT * Tr::kK);
-  for (int idx = tid; idx < Tr::kBT * kC4; idx += threads) {
-    const int i = idx / kC4, d = 4 * (idx % kC4);
-    const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
-    const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
-    // Every factor below ends in a tf32 operand: exp2_operand (math.cuh).
-    *reinterpret_cast<float4*>(gQg + pair_image_offset<Tr::kBT>(i, d)) =
-        make_float4(tf32_operand(p.scale * q4.x * exp2_operand(g4.x)),
-                    tf32_operand(p.scale * q4.y * exp2_operand(g4.y)),
-                    tf32_operand(p.scale * q4.z * exp2_operand(g4.z)),
-                    tf32_operand(p.scale * q4.w * exp2_operand(g4.w)));
+  {
+    const unsigned c16 = utid % kC4, d = 4 * c16, step = uthreads / kC4;
+    for (unsigned i = utid / kC4; i < Tr::kBT; i += step) {
+      const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
+      const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
+      // Every factor below ends in a tf32 operand: exp2_operand (math.cuh).
+      *reinterpret_cast<float4*>(gQg + pair_image_offset<Tr::kBT>(i, d)) =
+          make_float4(tf32_operand(p.scale * q4.x * exp2_operand(g4.x)),
+                      tf32_operand(p.scale * q4.y * exp2_operand(g4.y)),
+                      tf32_operand(p.scale * q4.z * exp2_operand(g4.z)),
+                      tf32_operand(p.scale * q4.w * exp2_operand(g4.w)));
+    }
   }
   char* gKgT = reinterpret_cast<char*>(p.kgT + tile * Tr::kK * Tr::kBT);
-  for (int idx = tid; idx < Tr::kK * (Tr::kBT / 4); idx += threads) {
-    const int half = idx % 2, d = (idx / 2) % Tr::kK, j8 = 8 * (idx / (2 * Tr::kK));
-    const int j = j8 + 4 * half;
-    const float gl = sGlast[d];
-    float y[4];
+  {
+    // f = d + K * (j / 8) over the K * BT / 8 (d, 8-column group) pairs; step = threads / 2, a
+    // multiple of 16, so a warp's 16 d never straddle a group.
+    const unsigned half = utid % 2, step = uthreads / 2;
+    for (unsigned f = utid / 2; f < Tr::kK * (Tr::kBT / 8); f += step) {
+      const unsigned d = f % Tr::kK, j = 8 * (f / Tr::kK) + 4 * half;
+      const float gl = sGlast[d];
+      float y[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int at = (j + e) * kLd + d;
-      y[e] = tf32_operand(sK[at] * exp2_operand(gl - sG[at]));
+      for (int e = 0; e < 4; ++e) {
+        const unsigned at = (j + e) * kLd + d;
+        y[e] = tf32_operand(sK[at] * exp2_operand(gl - sG[at]));
+      }
+      *reinterpret_cast<float4*>(gKgT + pair_image_offset<Tr::kK>(d, j)) =
+          make_float4(y[0], y[1], y[2], y[3]);
     }
-    *reinterpret_cast<float4*>(gKgT + pair_image_offset<Tr::kK>(d, j)) =
-        make_float4(y[0], y[1], y[2], y[3]);
   }
   float* gGamma = p.gamma + tile * Tr::kK;
   for (int d = tid; d < Tr::kK; d += threads) gGamma[d] = exp2f(sGlast[d]);
 }
 
 // sQ <- beta k exp2(G) in place (the w operand; rows past the chunk: beta = 0), once the intra
-// products and write_gated_keys have read q for the last time.
+// products and write_gated_keys have read q for the last time. Thread: 4 fixed columns, rows
+// i0, i0 + kThreads / (K / 4), ...
 template <class Tr>
 __device__ __forceinline__ void gate_w_operand(float* sQ, const float* sK, const float* sG,
                                                const float* sBeta) {
-  constexpr int kC4 = Tr::kK / 4;
-  constexpr int kLd = Tr::kLdX;
-  for (int idx = threadIdx.x; idx < Tr::kBT * kC4; idx += Tr::kThreads) {
-    const int i = idx / kC4, d = 4 * (idx % kC4);
+  constexpr unsigned kC4 = Tr::kK / 4;
+  constexpr unsigned kLd = Tr::kLdX;
+  static_assert(Tr::kThreads % kC4 == 0, "fixed columns per thread");
+  const unsigned d = 4 * (threadIdx.x % kC4);
+  for (unsigned i = threadIdx.x / kC4; i < Tr::kBT; i += Tr::kThreads / kC4) {
     const float4 k4 = *reinterpret_cast<const float4*>(sK + i * kLd + d);
     const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d);
     const float b = sBeta[i];
