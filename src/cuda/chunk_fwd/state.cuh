@@ -306,22 +306,17 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
     // NOTE: the packed stores (fewer, wider) pay off with two warpgroups (scan 0.92 -> 0.88 ms at
     // B1-T8192-H96), whose stores contend for the LSU; with one warpgroup (vs = 64) the movmatrix
     // and shuffle latency sits on the serial chain instead (B1-T65536-H16: 5.53 -> 5.73 ms).
-    constexpr bool packed = kVs == 128;
+    const auto store_2byte = [&](auto zero) {  // bf16 / f16 o (the element type of `zero`)
+      using T = decltype(zero);
+      if constexpr (kVs == 128) {
+        store_o_rows_b16<T>(p, o_warp, nv, o);
+      } else {
+        store_o_rows<T>(p, o_base, t, nv, o);
+      }
+    };
     switch (p.o_dtype) {
-      case DType::kBF16:
-        if constexpr (packed) {
-          store_o_rows_b16<__nv_bfloat16>(p, o_warp, nv, o);
-        } else {
-          store_o_rows<__nv_bfloat16>(p, o_base, t, nv, o);
-        }
-        break;
-      case DType::kF16:
-        if constexpr (packed) {
-          store_o_rows_b16<__half>(p, o_warp, nv, o);
-        } else {
-          store_o_rows<__half>(p, o_base, t, nv, o);
-        }
-        break;
+      case DType::kBF16: store_2byte(__nv_bfloat16{}); break;
+      case DType::kF16: store_2byte(__half{}); break;
       case DType::kF64: store_o_rows<double>(p, o_base, t, nv, o); break;
       default: store_o_rows<float>(p, o_base, t, nv, o); break;
     }
