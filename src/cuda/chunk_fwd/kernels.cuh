@@ -25,7 +25,8 @@
 // Precision map (README.md in this folder has the whole of it): inputs are read in their dtype
 // and converted to f32; every intermediate (G, A_qk, A_kk, Tinv, w, u, qg, kg, v_new, the state)
 // is f32 in shared memory, registers and the workspace; products are tf32 tensor-core mma /
-// wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits); exp2 factors
+// wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits, except the scan's
+// S^T operand of X^T and O^T, which the tensor core truncates: state.cuh); exp2 factors
 // that become tf32 operands use ex2.approx (exp2_operand), the lower-bound gate sigmoid_fast,
 // everything else CUDA's accurate f32 functions; the state update scales S by gamma in f32 and
 // accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's dtypes; the final
@@ -84,10 +85,12 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
   const int64_t tile = int64_t{hv} * p.slots + slot;  // index of the chunk's workspace tiles
   float* gAqk = p.aqk + tile * kBT * kBT;
 
-  // Stage 1: inputs, activations, G (g, v and beta rows are prefetched to L2 first).
-  prefetch_chunk_inputs<Tr>(p, cc, hv);
+  // Stage 1: inputs, activations, G (g and beta rows are prefetched to L2 first; v rows after
+  // the cumsum, closer to their reader in stage 3b).
+  prefetch_chunk_inputs<Tr, false>(p, cc, hv);
   load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta);
   chunk_cumsum<Tr>(sG, sScr);
+  prefetch_chunk_inputs<Tr, true>(p, cc, hv);
 
   // Stage 2: A_qk (-> workspace), A_kk (-> sA); meanwhile the warps without a block pair write
   // the zero blocks and stage 3a's qg, kg, gamma (q, k, G read for the last time).

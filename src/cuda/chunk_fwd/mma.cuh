@@ -58,6 +58,16 @@ __device__ __forceinline__ void a_from_acc(const float (&c)[4], uint32_t (&a)[4]
   a[3] = to_tf32(c[3]);
 }
 
+// The same without rounding: the f32 bits pass as they are and the tensor core truncates them to
+// tf32 (drops the low 13 bits). The scan feeds S^T this way (state.cuh says why); NaN and inf stay
+// NaN and inf.
+__device__ __forceinline__ void a_from_acc_truncated(const float (&c)[4], uint32_t (&a)[4]) {
+  a[0] = __float_as_uint(c[0]);
+  a[1] = __float_as_uint(c[2]);
+  a[2] = __float_as_uint(c[1]);
+  a[3] = __float_as_uint(c[3]);
+}
+
 // A operand (paired k order) from two float2 reads of rows g and g + 8 at columns (2t, 2t + 1).
 __device__ __forceinline__ void a_from_pairs(float2 row_g, float2 row_g8, uint32_t (&a)[4]) {
   a[0] = to_tf32(row_g.x);

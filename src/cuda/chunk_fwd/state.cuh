@@ -10,8 +10,8 @@
 // The state is held transposed, S^T [V, K], in f32 accumulators: warpgroup wg of the CTA owns the
 // 64 value columns v0 + 64 wg .. + 63 (rows of S^T; warp w the 16 from v0 + 16 w) and all K rows,
 // K / 2 registers per thread. Products (tf32 operands, f32 accumulation; w, qg, kg and A_qk come
-// from the prep kernel as tf32 operands, S^T and v_new are rounded here), all wgmma m64 x N x 8
-// with A from registers:
+// from the prep kernel as tf32 operands, v_new is rounded here, and S^T is truncated: see the
+// NOTE in scan_step), all wgmma m64 x N x 8 with A from registers:
 //   X^T = S^T w^T,  O^T = S^T qg^T     N = BT, A = S^T, B = sW / sQg
 //   O^T += v_new^T A_qk^T              N = BT, A = v_new^T, B = sA
 //   S^T = S^T diag(gamma) + v_new^T kg N = K, A = v_new^T, B = sKgT (kg^T, which the prep stores
@@ -225,8 +225,13 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   for (int nn = 0; nn < kNJ; ++nn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[nn][e] = o[nn][e] = 0.0f;
-  // NOTE: the A fragments must stay unchanged until their wgmma completes, so S^T is converted
-  // in two halves of K (a wait in between) to bound the live registers (32 instead of 64).
+  // NOTE: the A fragments must stay unchanged until their wgmma completes, so S^T is copied in
+  // two halves of K (a wait in between) to bound the live registers (32 instead of 64). The copies
+  // pass S^T's f32 bits, which the tensor core truncates to tf32, instead of rounding them to
+  // nearest: rounding took three instructions per element (64 per thread and chunk, on the serial
+  // chain), and dropping it made the scan 2-5 % faster with the same accuracy to three digits
+  // (o 1.72e-3, final state 3.6e-4 rel-RMS on the five benchmark cases; development A/B, eleventh
+  // session, chunk_fwd README). S^T itself stays f32; only this operand copy loses the low bits.
   static_assert(kNK % 2 == 0, "two halves of the k tiles");
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
@@ -234,7 +239,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   for (int half = 0; half < 2; ++half) {
     uint32_t a[kNK / 2][4];
 #pragma unroll
-    for (int kk = 0; kk < kNK / 2; ++kk) a_from_acc(s[half * kNK / 2 + kk], a[kk]);
+    for (int kk = 0; kk < kNK / 2; ++kk) a_from_acc_truncated(s[half * kNK / 2 + kk], a[kk]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kNK / 2; ++kk) {

@@ -34,11 +34,15 @@ struct PrepTraits {
   static constexpr int kBT = kBT_;  // chunk size
   // NOTE: the prep's phases are short, serial and latency-bound, so what counts is how many
   // independent CTAs share a multiprocessor. At BT = 32 (launch.cu's kKernelChunk, the only length
-  // instantiated) the plan is 56 KB at K = V = 128, so three CTAs of 8 warps fit (<= 80
-  // registers, no spills; four would need 64 registers and spill). A 64-token prep (123 KB, one
-  // CTA per multiprocessor) ran best at 512 threads (chunk_fwd README, sixth session).
+  // instantiated) the plan is 56 KB at K = V = 128, so four CTAs of 8 warps fit in shared
+  // memory. At <= 64 registers ptxas spills a little: 16 bytes at K = V = 128 (the f64-input load
+  // path only), 12 at K = 128, V = 64 (the chunk's first token, stored once and reloaded about six
+  // times per thread); and four CTAs still ran 3-6 % faster than three at <= 80 registers (tenth
+  // and eleventh sessions, development A/Bs; the seventh session's four-CTA build, with 36 bytes
+  // of spills, measured the same as three). A 64-token prep (123 KB, one CTA per multiprocessor)
+  // ran best at 512 threads (chunk_fwd README, sixth session).
   static constexpr int kThreads = 256;
-  static constexpr int kMinBlocks = 3;  // CTAs per multiprocessor (launch bound)
+  static constexpr int kMinBlocks = 4;  // CTAs per multiprocessor (launch bound)
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kNB = kBT / kSubChunk;  // 16-row blocks per chunk
 
