@@ -50,22 +50,16 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // A operand (paired k order) from an accumulator tile c of the previous product: c holds
-// (row g, k 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+// (row g, k 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). kRound = false passes the f32 bits as
+// they are, and the tensor core truncates them to tf32 (drops the low 13 bits): the scan feeds
+// S^T this way (state.cuh says why); NaN and inf stay NaN and inf.
+template <bool kRound = true>
 __device__ __forceinline__ void a_from_acc(const float (&c)[4], uint32_t (&a)[4]) {
-  a[0] = to_tf32(c[0]);
-  a[1] = to_tf32(c[2]);
-  a[2] = to_tf32(c[1]);
-  a[3] = to_tf32(c[3]);
-}
-
-// The same without rounding: the f32 bits pass as they are and the tensor core truncates them to
-// tf32 (drops the low 13 bits). The scan feeds S^T this way (state.cuh says why); NaN and inf stay
-// NaN and inf.
-__device__ __forceinline__ void a_from_acc_truncated(const float (&c)[4], uint32_t (&a)[4]) {
-  a[0] = __float_as_uint(c[0]);
-  a[1] = __float_as_uint(c[2]);
-  a[2] = __float_as_uint(c[1]);
-  a[3] = __float_as_uint(c[3]);
+  const auto op = [](float x) { return kRound ? to_tf32(x) : __float_as_uint(x); };
+  a[0] = op(c[0]);
+  a[1] = op(c[2]);
+  a[2] = op(c[1]);
+  a[3] = op(c[3]);
 }
 
 // A operand (paired k order) from two float2 reads of rows g and g + 8 at columns (2t, 2t + 1).

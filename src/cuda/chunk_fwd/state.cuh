@@ -239,7 +239,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   for (int half = 0; half < 2; ++half) {
     uint32_t a[kNK / 2][4];
 #pragma unroll
-    for (int kk = 0; kk < kNK / 2; ++kk) a_from_acc_truncated(s[half * kNK / 2 + kk], a[kk]);
+    for (int kk = 0; kk < kNK / 2; ++kk) a_from_acc<false>(s[half * kNK / 2 + kk], a[kk]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kNK / 2; ++kk) {
