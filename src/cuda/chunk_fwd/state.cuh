@@ -208,11 +208,11 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
                                           int rest_off, float (&s)[Tr::kK / 8][4], Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
-  const uint32_t sW = smem_address(smem + Tr::kOffW);
-  const uint32_t sQg = smem_address(smem + Tr::kOffQg);
+  const uint64_t dW = wgmma_desc_base(smem_address(smem + Tr::kOffW));
+  const uint64_t dQg = wgmma_desc_base(smem_address(smem + Tr::kOffQg));
   const unsigned char* rest = smem + rest_off;
-  const uint32_t sA = smem_address(rest + Tr::kRestA);
-  const uint32_t sKgT = smem_address(rest + Tr::kRestKgT);
+  const uint64_t dA = wgmma_desc_base(smem_address(rest + Tr::kRestA));
+  const uint64_t dKgT = wgmma_desc_base(smem_address(rest + Tr::kRestKgT));
   const float* sGamma = reinterpret_cast<const float*>(rest + Tr::kRestGamma);
   const float* sU = reinterpret_cast<const float*>(rest + Tr::kRestU);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -244,8 +244,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int kk = 0; kk < kNK / 2; ++kk) {
       const int k = half * kNK / 2 + kk;
-      wgmma_tf32<Tr::kBT>(&x[0][0], a[kk], wgmma_desc<Tr::kBT>(sW, k));
-      if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[kk], wgmma_desc<Tr::kBT>(sQg, k));
+      wgmma_tf32<Tr::kBT>(&x[0][0], a[kk], wgmma_desc_step<Tr::kBT>(dW, k));
+      if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[kk], wgmma_desc_step<Tr::kBT>(dQg, k));
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -295,11 +295,11 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   if constexpr (kOut) {
 #pragma unroll
     for (int kk = 0; kk < kNJ; ++kk)
-      wgmma_tf32<Tr::kBT>(&o[0][0], va[kk], wgmma_desc<Tr::kBT>(sA, kk));
+      wgmma_tf32<Tr::kBT>(&o[0][0], va[kk], wgmma_desc_step<Tr::kBT>(dA, kk));
   }
 #pragma unroll
   for (int kk = 0; kk < kNJ; ++kk)
-    wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc<Tr::kK>(sKgT, kk));
+    wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc_step<Tr::kK>(dKgT, kk));
   wgmma_commit();
   wgmma_wait<0>();
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);

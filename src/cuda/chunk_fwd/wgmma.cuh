@@ -22,17 +22,26 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// Shared-memory matrix descriptor of k step kk of a swizzled K-major tile at shared address
-// `tile` (1024-byte aligned) with kRows rows: 128-byte swizzle (mode 1), stride byte offset
-// 1024, leading byte offset unused (1).
-template <int kRows>
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t tile, int kk) {
-  const uint32_t addr = tile + static_cast<uint32_t>((kk / 4) * (kRows * 128) + (kk % 4) * 32);
-  uint64_t desc = (addr & 0x3FFFFu) >> 4;
+// Shared-memory matrix descriptor of the first k step of a swizzled K-major tile at shared
+// address `tile` (1024-byte aligned): start address / 16 in bits 0-13, 128-byte swizzle (mode 1),
+// stride byte offset 1024, leading byte offset unused (1). Built once per tile (per chunk at
+// most), not per product: wgmma_desc_step derives each k step from it.
+__device__ __forceinline__ uint64_t wgmma_desc_base(uint32_t tile) {
+  uint64_t desc = (tile & 0x3FFFFu) >> 4;
   desc |= uint64_t{1} << 16;          // leading byte offset (unused with swizzling)
   desc |= uint64_t{1024 >> 4} << 32;  // stride byte offset: 8 rows x 128 bytes
   desc |= uint64_t{1} << 62;          // 128-byte swizzle
   return desc;
+}
+
+// The descriptor of k step kk of a tile of kRows rows: its byte offset / 16 added to the start
+// address field, in the low 32 bits only (one uniform add per product instead of the address
+// arithmetic, masking and flag assembly of a fresh descriptor). Shared addresses stay below
+// 2^18 bytes (228 KB), so the 14-bit field never carries into bit 14 or beyond.
+template <int kRows>
+__device__ __forceinline__ uint64_t wgmma_desc_step(uint64_t base, int kk) {
+  const uint32_t step = static_cast<uint32_t>((kk / 4) * (kRows * 128) + (kk % 4) * 32) >> 4;
+  return (base & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(base) + step);
 }
 
 // Pins accumulator registers in place around the asynchronous products (the compiler must not
