@@ -40,11 +40,11 @@ foreach(K 64 128)
       openkda_instantiate(recurrent_stream_k${K}_v${V}_${LAYOUT} cuda/recurrent/stream.cuh
                           "OPENKDA_INSTANTIATE_RECURRENT_STREAM(${K}, ${V}, ${VF})")
     endforeach()
-    # chunk_kda forward: prep kernel per (K, V), at the kernels' chunk length (launch.cu:
-    # kKernelChunk = 32)
-    openkda_instantiate(chunk_fwd_prep_k${K}_v${V}_bt32 cuda/chunk_fwd/kernels.cuh
-                        "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, ${V}, 32)")
   endforeach()
+  # chunk_kda forward: prep kernel per K (it never reads v), at the kernels' chunk length
+  # (launch.cu: kKernelChunk = 32)
+  openkda_instantiate(chunk_fwd_prep_k${K}_bt32 cuda/chunk_fwd/kernels.cuh
+                      "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, 32)")
 endforeach()
 # chunk_kda forward: the scan launchers (each with its 4- and 8-warp kernels) and the varlen
 # chunk-index kernel stay together in one unit, the one exception. NOTE: split one launcher per

@@ -3,7 +3,7 @@
 // scan copies it whole. These host-side checks pin the maps that both kernels share: each is a
 // bijection onto its tile, the pair order inverts, the image of a swizzled tile is the layout the
 // scan's wgmma descriptors read (physical row p holds chunk row scan_row(p)), the prep's vector
-// stores stay contiguous, and the scan's reads of u hit 32 distinct banks per warp.
+// stores stay contiguous, and the scan's reads of v hit 32 distinct banks per warp.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -18,7 +18,7 @@ using openkda::cuda::chunk_forward::pair_image_offset;
 using openkda::cuda::chunk_forward::pair_row;
 using openkda::cuda::chunk_forward::scan_row;
 using openkda::cuda::chunk_forward::swizzled_offset;
-using openkda::cuda::chunk_forward::u_image_index;
+using openkda::cuda::chunk_forward::v_image_index;
 
 TEST(TileImage, PairOrderInverts) {
   const int expected[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // chunk rows of physical rows 0..7
@@ -61,29 +61,29 @@ void check_pair_image(int cols) {
 }
 
 TEST(TileImage, SwizzledTilesAreBijectionsInPairOrder) {
-  check_pair_image<32>(64);   // w, qg at K = 64
-  check_pair_image<32>(128);  // w, qg at K = 128
-  check_pair_image<32>(32);   // A_qk
+  check_pair_image<32>(64);   // ke, qg at K = 64
+  check_pair_image<32>(128);  // ke, qg at K = 128
+  check_pair_image<32>(32);   // A_qk, Tinv'
   check_pair_image<64>(32);   // kg^T at K = 64
   check_pair_image<128>(32);  // kg^T at K = 128
 }
 
-TEST(TileImage, UImageIsABijectionOfSlices) {
+TEST(TileImage, VImageIsABijectionOfSlices) {
   constexpr int kBT = 32;
   for (int V : {64, 128}) {
     std::vector<int> hits(kBT * V, 0);
     for (int j = 0; j < kBT; ++j) {
       for (int c = 0; c < V; ++c) {
-        const int at = u_image_index<kBT>(j, c);
+        const int at = v_image_index<kBT>(j, c);
         ASSERT_GE(at, 0);
         ASSERT_LT(at, kBT * V);
         ++hits[at];
         // A 4-warp scan CTA copies the 64-column slice of its v0 alone: the slice is one
         // contiguous block and indexes the same way from its own start.
-        ASSERT_EQ(at, (c / 64) * kBT * 64 + u_image_index<kBT>(j, c % 64));
-        // The prep's float2 stores (even c) stay contiguous.
-        if (c % 2 == 0) {
-          ASSERT_EQ(u_image_index<kBT>(j, c + 1), at + 1);
+        ASSERT_EQ(at, (c / 64) * kBT * 64 + v_image_index<kBT>(j, c % 64));
+        // The prep's float4 stores (c % 4 = 0) stay contiguous.
+        if (c % 4 == 0) {
+          for (int k = 1; k < 4; ++k) ASSERT_EQ(v_image_index<kBT>(j, c + k), at + k);
         }
       }
     }
@@ -91,7 +91,7 @@ TEST(TileImage, UImageIsABijectionOfSlices) {
   }
 }
 
-TEST(TileImage, ScanReadsOfUAreConflictFree) {
+TEST(TileImage, ScanReadsOfVAreConflictFree) {
   // scan_step's read: lane (g = lane / 4, t = lane % 4) of warp w loads row j = 8 nn + t + 4 s and
   // column 16 w + g + 8 h (s, h in {0, 1}); 32 banks of 4 bytes.
   constexpr int kBT = 32;
@@ -102,7 +102,7 @@ TEST(TileImage, ScanReadsOfUAreConflictFree) {
           std::set<int> banks;
           for (int lane = 0; lane < 32; ++lane) {
             const int g = lane / 4, t = lane % 4;
-            banks.insert(u_image_index<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) % 32);
+            banks.insert(v_image_index<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) % 32);
           }
           EXPECT_EQ(banks.size(), 32u) << "w " << w << " nn " << nn << " s " << s << " h " << h;
         }

@@ -124,13 +124,11 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
   }
 }
 
-// L2 prefetch of the chunk's rows (rows < nv only): the g lines and beta (kValues = false, issued
-// before the q / k loads so that their later loads hit L2) or the v lines (kValues = true, issued
-// after the cumsum: v is read in stage 3b, and a prefetch at the start of the kernel may leave L2
-// before then). One 128-byte line per prefetch (K, V in {64, 128}: whole lines for every dtype).
-// Thread (row i, j), kThreads / BT threads per row, takes the row's lines j, j + kThreads / BT,
-// ...; lane j = 0 of a row also takes its beta.
-template <class Tr, bool kValues>
+// L2 prefetch of the chunk's g lines and beta (rows < nv only), issued before the q / k loads so
+// that the later g and beta loads hit L2. One 128-byte line per prefetch (K in {64, 128}: whole
+// lines for every dtype). Thread (row i, j), kThreads / BT threads per row, takes the row's lines
+// j, j + kThreads / BT, ...; lane j = 0 of a row also takes its beta.
+template <class Tr>
 __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                       int hv) {
   constexpr int kPerRow = Tr::kThreads / Tr::kBT;
@@ -139,11 +137,10 @@ __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, c
             j = static_cast<int>(threadIdx.x) % kPerRow;
   if (i >= cc.nv) return;
   const int64_t tok_head = (cc.t0 + i) * p.HV + hv;
-  const int row_bytes =
-      (kValues ? Tr::kV : Tr::kK) * static_cast<int>(dtype_size(kValues ? p.v_dtype : p.g_dtype));
-  const char* row = static_cast<const char*>(kValues ? p.v : p.g) + tok_head * row_bytes;
+  const int row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
+  const char* row = static_cast<const char*>(p.g) + tok_head * row_bytes;
   for (int l = j; l < row_bytes / 128; l += kPerRow) prefetch_l2(row + 128 * l);
-  if (!kValues && j == 0) {
+  if (j == 0) {
     prefetch_l2(static_cast<const char*>(p.beta) +
                 tok_head * static_cast<int64_t>(dtype_size(p.beta_dtype)));
   }

@@ -6,11 +6,13 @@
 //                                   chunk_size) when h is taken every second
 //                                   chunk                                       grid (1)
 //   openkda_fwd_prep_kernel         stages 1-3 per (chunk, value head): l2norm, gate, beta,
-//                                   G cumsum, A_qk, A_kk, Tinv, w, u, qg, kg^T, gamma ->
-//                                   workspace; varlen: o = 0 on the padding rows
+//                                   G cumsum, A_qk, A_kk, Tinv, Tinv', ke, qg, kg^T, gamma
+//                                   and a copy of v -> workspace; varlen: o = 0 on the
+//                                   padding rows
 //                                                                               grid (slots, HV)
 //   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, segment, V slice): h
-//                                   snapshots, v_new, o, state update, final state
+//                                   snapshots, v_new = Tinv' (v - ke S), o, state update,
+//                                   final state
 //                                                                grid (N * HV * nseg * vsplit)
 //   time split only (nseg > 1, segments.cuh), before the scan above:
 //     openkda_fwd_scan_kernel<.., kTransition>  per segment: (Z_s | M_s) -> workspace
@@ -23,8 +25,8 @@
 // every reduction has a fixed order, so results are bitwise reproducible.
 //
 // Precision map (README.md in this folder has the whole of it): inputs are read in their dtype
-// and converted to f32; every intermediate (G, A_qk, A_kk, Tinv, w, u, qg, kg, v_new, the state)
-// is f32 in shared memory, registers and the workspace; products are tf32 tensor-core mma /
+// and converted to f32; every intermediate (G, A_qk, A_kk, Tinv, Tinv', ke, qg, kg, R, v_new, the
+// state) is f32 in shared memory, registers and the workspace; products are tf32 tensor-core mma /
 // wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits, except the scan's
 // S^T operand of X^T and O^T, which the tensor core truncates: state.cuh); exp2 factors
 // that become tf32 operands use ex2.approx (exp2_operand), the lower-bound gate sigmoid_fast,
@@ -58,16 +60,14 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 
 // ---- prep: one CTA per (chunk, value head) ---------------------------------------------------
 // Shared memory lifetimes (PrepTraits):
-//   load -> cumsum -> intra         sQ = q, sK = k, sG = G, sA = A_kk, sBeta; qg, kg, gamma ->
+//   load -> cumsum -> intra         sQ = q, sK = k, sG = G, sA = A_kk, sBeta; qg, ke, kg, gamma ->
 //                                   workspace (free warps)
-//   w operand + diagonal inverse    sQ <- beta k E; sA diag <- X_bb
-//   beta v + block inverse          sK <- beta v; sA <- Tinv; sScr = P_rc
-//   WY products                     w = Tinv sQ, u = Tinv sK -> workspace
-template <int kK, int kV, int kBT>
-__global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
-                                  PrepTraits<kK, kV, kBT>::kMinBlocks)
+//   inverse                         sA <- Tinv (diagonal blocks, then sScr = P_rc)
+//   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace
+template <int kK, int kBT>
+__global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, kBT>::kMinBlocks)
     openkda_fwd_prep_kernel(const ChunkFwdParams p) {
-  using Tr = PrepTraits<kK, kV, kBT>;
+  using Tr = PrepTraits<kK, kBT>;
   extern __shared__ float4 smem_f4[];
   float* smem = reinterpret_cast<float*>(smem_f4);
   float* sQ = smem + Tr::kOffQ;
@@ -85,15 +85,13 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
   const int64_t tile = int64_t{hv} * p.slots + slot;  // index of the chunk's workspace tiles
   float* gAqk = p.aqk + tile * kBT * kBT;
 
-  // Stage 1: inputs, activations, G (g and beta rows are prefetched to L2 first; v rows after
-  // the cumsum, closer to their reader in stage 3b).
-  prefetch_chunk_inputs<Tr, false>(p, cc, hv);
+  // Stage 1: inputs, activations, G (g and beta rows are prefetched to L2 first).
+  prefetch_chunk_inputs<Tr>(p, cc, hv);
   load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta);
   chunk_cumsum<Tr>(sG, sScr);
-  prefetch_chunk_inputs<Tr, true>(p, cc, hv);
 
   // Stage 2: A_qk (-> workspace), A_kk (-> sA); meanwhile the warps without a block pair write
-  // the zero blocks and stage 3a's qg, kg, gamma (q, k, G read for the last time).
+  // the zero blocks and qg, ke, kg^T, gamma (q, k, G read for the last time).
   if (p.exact_diag) intra_exact_diag<Tr>(p, sQ, sK, sG, sBeta, sA, gAqk);
   const int pairs = intra_pairs<Tr>(p);
   if (static_cast<int>(threadIdx.x) < 32 * pairs) {
@@ -105,18 +103,14 @@ __global__ void __launch_bounds__(PrepTraits<kK, kV, kBT>::kThreads,
   }
   __syncthreads();
 
-  // Stage 3a: sQ <- beta k E (the w operand); the diagonal blocks of the inverse.
-  gate_w_operand<Tr>(sQ, sK, sG, sBeta);
+  // Stage 3: Tinv in place of A_kk (the off-diagonal pass's barriers publish it), then Tinv'.
   invert_diag_blocks<Tr>(sA);
   __syncthreads();
-
-  // Stage 3b: beta v into sK (k is dead); Tinv (its barriers also publish sK).
-  load_beta_v<Tr>(p, cc, hv, sK, sBeta);
   invert_offdiag_blocks<Tr>(sA, sScr);
-  __syncthreads();
+  write_tinv_image<Tr>(sA, sBeta, p.tinv + tile * kBT * kBT);
 
-  // Stage 3c: w = Tinv (beta k E), u = Tinv (beta v).
-  wy_products<Tr>(sA, sQ, sK, p.w + tile * kBT * kK, p.u + tile * kBT * kV);
+  // v's copy for the scan (independent of everything above).
+  write_v_image<Tr>(p, cc, hv, p.v_img + tile * kBT * p.V);
 }
 
 // ---- scan: one CTA per (sequence, value head, segment, V slice) --------------------------------
@@ -133,7 +127,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   extern __shared__ float4 smem_f4[];
   // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack). The base
   // is an offset from smem_f4, not an integer round trip, so that the compiler still knows that it
-  // points into shared memory: its plain reads (sU, sGamma) are then LDS, not generic loads.
+  // points into shared memory: its plain reads (sV, sGamma) are then LDS, not generic loads.
   const uint32_t misalign = smem_address(smem_f4) % Tr::kAlign;
   unsigned char* smem =
       reinterpret_cast<unsigned char*>(smem_f4) + (misalign ? Tr::kAlign - misalign : 0);
@@ -175,19 +169,19 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   }
 
   // Pipeline over the chunks, two groups of bulk copies per chunk c, each issued by thread 0:
-  //   WQ(c)   sW, sQg                one buffer, on bar_wq (phase c - c_begin)
-  //   REST(c) sKgT, sA, sU, sGamma   REST buffer b = (c - c_begin) % 2, on bar_rest(b) (phase
-  //                                  (c - c_begin) / 2)
+  //   WQ(c)   sKe, sQg                     one buffer, on bar_wq (phase c - c_begin)
+  //   REST(c) sA, sTinv, sKgT, sGamma, sV  REST buffer b = (c - c_begin) % 2, on bar_rest(b)
+  //                                        (phase (c - c_begin) / 2)
   // Both groups of chunk c + 1 are issued right after chunk c's mid-chunk block barrier: every
-  // warp is then done with sW / sQg of chunk c and, having finished chunk c - 1, with REST
+  // warp is then done with sKe / sQg of chunk c and, having finished chunk c - 1, with REST
   // buffer 1 - b (write-after-read); that barrier is the only one per chunk. A thread waits on
   // the phase parity of a group before its first read of it (the engine's writes are then
   // visible to it and to its wgmma): WQ(c) at the top of chunk c, REST(c) in the mid-chunk hook.
   // Nothing is in flight at exit.
   constexpr int kVs = 16 * kWarps;
   const uint32_t bar_wq = smem_address(smem + Tr::bar_offset(kVs));
+  const bool with_v = !m_part;
   const auto bar_rest = [&](int b) { return bar_wq + 8 * (b + 1); };
-  const bool with_u = !m_part;
   if (threadIdx.x == 0) {
     mbarrier_init(bar_wq, 1);
     mbarrier_init(bar_rest(0), 1);
@@ -207,8 +201,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     const int b = k & 1;
     const int rest_off = Tr::rest_offset(b, kVs);
     if (k == 0 && threadIdx.x == 0) {  // the prologue: chunk c_begin's two groups
-      scan_load_wq<Tr>(p, tile, smem, bar_wq);
-      scan_load_rest<Tr, kVs>(p, tile, v0, with_u, smem + rest_off, bar_rest(b));
+      scan_load_chunk<Tr, kVs>(p, tile, v0, with_v, smem, smem + rest_off, bar_wq, bar_rest(b));
     }
     if (!kTransition && p.h != nullptr && c % p.h_every == 0) {  // a snapshot chunk
       const int64_t row = h_base + c / p.h_every;
@@ -217,11 +210,10 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     }
     mbarrier_wait(bar_wq, static_cast<uint32_t>(k & 1));  // WQ(c)
     scan_step<Tr, kVs>(p, hv, t0, nv, v0, m_part, smem, rest_off, s, [&]() {
-      __syncthreads();  // sW / sQg of chunk c and REST buffer 1 - b are free (see above)
+      __syncthreads();  // sKe / sQg of chunk c and REST buffer 1 - b are free (see above)
       if (has_next && threadIdx.x == 0) {
-        scan_load_wq<Tr>(p, tile + 1, smem, bar_wq);
-        scan_load_rest<Tr, kVs>(p, tile + 1, v0, with_u, smem + Tr::rest_offset(1 - b, kVs),
-                                bar_rest(1 - b));
+        scan_load_chunk<Tr, kVs>(p, tile + 1, v0, with_v, smem, smem + Tr::rest_offset(1 - b, kVs),
+                                 bar_wq, bar_rest(1 - b));
       }
       mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k >> 1) & 1));  // REST(c)
     });
@@ -253,10 +245,10 @@ cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int kK, int kV, int kBT>
+template <int kK, int kBT>
 cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
-  using Tr = PrepTraits<kK, kV, kBT>;
-  const auto kernel = openkda_fwd_prep_kernel<kK, kV, kBT>;
+  using Tr = PrepTraits<kK, kBT>;
+  const auto kernel = openkda_fwd_prep_kernel<kK, kBT>;
   const cudaError_t err = set_max_dynamic_smem_once<Tr>(kernel, static_cast<int>(Tr::kSmemBytes));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(p.slots), static_cast<unsigned>(p.HV));
@@ -304,8 +296,8 @@ cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
 
 }  // namespace openkda::cuda::chunk_forward
 
-#define OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(K, V, BT)                        \
-  template cudaError_t openkda::cuda::chunk_forward::launch_prep<K, V, BT>( \
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(K, BT)                        \
+  template cudaError_t openkda::cuda::chunk_forward::launch_prep<K, BT>( \
       const openkda::cuda::chunk_forward::ChunkFwdParams&, cudaStream_t)
 
 #define OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(K, BT)                        \

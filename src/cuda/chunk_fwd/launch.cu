@@ -23,7 +23,7 @@ namespace chunk_forward {
 // Defined in kernels.cuh; explicitly instantiated by cmake/OpenkdaCuda.cmake.
 template <int kThreads>
 cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream);
-template <int kK, int kV, int kBT>
+template <int kK, int kBT>
 cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream);
 template <int kK, int kBT>
 cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream);
@@ -31,7 +31,7 @@ cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream);
 // The kernels' chunk length, whatever the caller's chunk_size (32 or 64), which only sets where
 // the h snapshots are taken (every chunk_size / kKernelChunk kernel chunks): the outputs are the
 // same function of the inputs at any chunk length, and the prep's shared memory at 32 tokens
-// (56 KB at K = V = 128) lets three of its 256-thread CTAs share a multiprocessor (one at 64
+// (56 KB at K = 128) lets four of its 256-thread CTAs share a multiprocessor (one at 64
 // tokens: 123 KB). Measured on the H200 (bench_chunk_fwd --no-fla --quick, one run, the same
 // kernels at both lengths): B = 1, T = 8192, H = 96 2.74 -> 2.14 ms (prep 1.76 -> 1.18 ms, scan
 // 0.89 -> 0.87 ms); B = 1, T = 65536, H = 16 4.85 -> 4.26 ms.
@@ -136,7 +136,8 @@ ScanPlan plan_scan(const Dims& d, int sms) {
 struct WorkspaceLayout {
   int64_t slots = 0;  // chunk slots: exact for dense, an upper bound for varlen
   ScanPlan plan;
-  size_t chunk_offsets = 0, h_offsets = 0, w = 0, qg = 0, kgT = 0, u = 0, aqk = 0, gamma = 0;
+  size_t chunk_offsets = 0, h_offsets = 0, ke = 0, qg = 0, kgT = 0, aqk = 0, tinv = 0, v_img = 0;
+  size_t gamma = 0;
   size_t seg_state = 0, seg_init = 0;
   size_t bytes = 0;
 };
@@ -154,11 +155,12 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.chunk_offsets = take(d.varlen ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
   const bool own_h_offsets = d.varlen && d.h && d.h_BT != d.BT;
   L.h_offsets = take(own_h_offsets ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
-  L.w = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
+  L.ke = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
   L.qg = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
-  L.u = take(d.HV * L.slots * d.BT * d.V * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
+  L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
+  L.v_img = take(d.HV * L.slots * d.BT * d.V * int64_t{sizeof(float)});
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
@@ -273,11 +275,12 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
           p.h_every > 1 ? reinterpret_cast<int32_t*>(base + L.h_offsets) : p.chunk_offsets;
     }
   }
-  p.w = reinterpret_cast<float*>(base + L.w);
+  p.ke = reinterpret_cast<float*>(base + L.ke);
   p.qg = reinterpret_cast<float*>(base + L.qg);
   p.kgT = reinterpret_cast<float*>(base + L.kgT);
-  p.u = reinterpret_cast<float*>(base + L.u);
   p.aqk = reinterpret_cast<float*>(base + L.aqk);
+  p.tinv = reinterpret_cast<float*>(base + L.tinv);
+  p.v_img = reinterpret_cast<float*>(base + L.v_img);
   p.gamma = reinterpret_cast<float*>(base + L.gamma);
   if (p.nseg > 1) {
     p.seg_state = reinterpret_cast<float*>(base + L.seg_state);
@@ -286,12 +289,12 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   return p;
 }
 
-// The compiled variants: K, V in {64, 128}, at the kernels' chunk length.
-LaunchFn prep_launcher(int64_t K, int64_t V) {
+// The compiled variants: K in {64, 128} (the prep does not depend on V; the scan's V is a run-time
+// value), at the kernels' chunk length.
+LaunchFn prep_launcher(int64_t K) {
   using chunk_forward::launch_prep;
   constexpr int kBT = chunk_forward::kKernelChunk;
-  if (K == 64) return V == 64 ? launch_prep<64, 64, kBT> : launch_prep<64, 128, kBT>;
-  return V == 64 ? launch_prep<128, 64, kBT> : launch_prep<128, 128, kBT>;
+  return K == 64 ? launch_prep<64, kBT> : launch_prep<128, kBT>;
 }
 
 LaunchFn scan_launcher(int64_t K) {
@@ -385,7 +388,7 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
   }
   if (p.slots > 0 && p.tokens > 0) {
     OPENKDA_RETURN_IF_ERROR(
-        cuda_status(prep_launcher(d.K, d.V)(p, s), kOp, "launch of openkda_fwd_prep_kernel"));
+        cuda_status(prep_launcher(d.K)(p, s), kOp, "launch of openkda_fwd_prep_kernel"));
   }
   OPENKDA_RETURN_IF_ERROR(
       cuda_status(scan_launcher(d.K)(p, s), kOp, "launch of openkda_fwd_scan_kernel"));

@@ -25,11 +25,16 @@
 //   h_offsets     [N + 1] i32      first snapshot of every sequence (varlen with h and
 //                                  h_every > 1; with h_every = 1 it aliases chunk_offsets;
 //                                  null without h or cu_seqlens)
-//   w, qg         [HV, slots, BT, K]   w = Tinv (beta k E); qg = scale q E (swizzled, pair order)
+//   ke, qg        [HV, slots, BT, K]   ke = k E; qg = scale q E (E = exp2(G); swizzled, pair
+//                                      order)
 //   kgT           [HV, slots, K, BT]   kg^T, kg = k exp2(G_last - G) (swizzled, pair order)
-//   u             [HV, slots, V / 64, BT, 64]  u = Tinv (beta v) (XOR-swizzled columns)
 //   aqk           [HV, slots, BT, BT]  scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
 //                                      (swizzled, pair order)
+//   tinv          [HV, slots, BT, BT]  Tinv' = (I + A_kk)^-1 diag(beta) (swizzled, pair order);
+//                                      the scan's v_new = Tinv' (v - ke S) is the WY form's
+//                                      u - w S (u = Tinv' v, w = Tinv' ke), whose products the
+//                                      prep no longer computes
+//   v_img         [HV, slots, V / 64, BT, 64]  the chunk's v rows in f32 (XOR-swizzled columns)
 //   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)
 //   seg_state     [N, HV, nseg, K, V + K]  time split only: segment s's zero-start final state
 //                 Z_s (columns < V) and transition M_s (columns V + m), segments.cuh
@@ -112,11 +117,12 @@ struct ChunkFwdParams {
   // ---- workspace ----
   int32_t* chunk_offsets = nullptr;  // varlen only
   int32_t* h_offsets = nullptr;      // varlen with h only (== chunk_offsets when h_every = 1)
-  float* w = nullptr;
+  float* ke = nullptr;
   float* qg = nullptr;
   float* kgT = nullptr;
-  float* u = nullptr;
   float* aqk = nullptr;
+  float* tinv = nullptr;
+  float* v_img = nullptr;
   float* gamma = nullptr;
   float* seg_state = nullptr;  // nseg > 1: [N, HV, nseg, K, V + K] (Z_s | M_s) of every segment
   float* seg_init = nullptr;   // nseg > 1: [N, HV, nseg, K, V] the state entering segment s >= 1

@@ -4,11 +4,12 @@
 // tests/cpp/test_chunk_segments.cpp chains them against the serial scan).
 //
 // Over one segment of chunks the state map is affine, S_end = M_s S_start + Z_s, with
-//   Z_s = the segment's final state from S_start = 0 (the scan with the real u)
+//   Z_s = the segment's final state from S_start = 0 (the scan with the real v)
 //   M_s = A_last ... A_first,  A_c = diag(gamma_c) - kg_c^T w_c  [K, K]
-// (the scan's update S' = diag(gamma) S + kg^T (u - w S) is A_c S + kg^T u). Three passes:
+// (the scan's update S' = diag(gamma) S + kg^T (u - w S) is A_c S + kg^T u, with w = Tinv' ke and
+// u = Tinv' v: state.cuh). Three passes:
 //   1. transition (openkda_fwd_scan_kernel with kTransition): every segment at once, on the
-//      augmented state [S | M] of V + K columns: M's columns start at the identity and see u = 0,
+//      augmented state [S | M] of V + K columns: M's columns start at the identity and see v = 0,
 //      so each follows S' = A_c S. No outputs; (Z_s | M_s) -> seg_state.
 //   2. combine (openkda_fwd_segment_combine_kernel, below): per chain, in segment order,
 //      S_{s+1} = M_s S_s + Z_s from S_0 = h0, f32 FMAs (no tensor-core rounding) -> seg_init.

@@ -2,22 +2,24 @@
 // the output fused in. CPU twins: cpu/chunk_fwd.cpp fwd_state and fwd_output.
 //
 // What it computes, per chunk c of one sequence (rows i, j < nv; state S [K, V] f32 entering the
-// chunk; prep outputs w, qg, kg, u, A_qk, gamma from the workspace):
+// chunk; prep outputs ke, qg, kg, A_qk, Tinv', gamma and a copy of v from the workspace):
 //   h[c]  = S                                         (snapshot, when requested)
-//   v_new = u - w S                                   [BT, V]
+//   v_new = Tinv' (v - ke S)                          [BT, V]   (= u - w S of the WY form:
+//                                                                u = Tinv' v, w = Tinv' ke)
 //   o     = qg S + A_qk v_new                         [BT, V]   (scale is inside qg and A_qk)
 //   S     = diag(gamma) S + kg^T v_new
 // The state is held transposed, S^T [V, K], in f32 accumulators: warpgroup wg of the CTA owns the
 // 64 value columns v0 + 64 wg .. + 63 (rows of S^T; warp w the 16 from v0 + 16 w) and all K rows,
-// K / 2 registers per thread. Products (tf32 operands, f32 accumulation; w, qg, kg and A_qk come
-// from the prep kernel as tf32 operands, v_new is rounded here, and S^T is truncated: see the
-// NOTE in scan_step), all wgmma m64 x N x 8 with A from registers:
-//   X^T = S^T w^T,  O^T = S^T qg^T     N = BT, A = S^T, B = sW / sQg
+// K / 2 registers per thread. Products (tf32 operands, f32 accumulation; ke, qg, kg, A_qk and
+// Tinv' come from the prep kernel as tf32 operands, R and v_new are rounded here, and S^T is
+// truncated: see the NOTE in scan_step), all wgmma m64 x N x 8 with A from registers:
+//   X^T = S^T ke^T,  O^T = S^T qg^T    N = BT, A = S^T, B = sKe / sQg
+//   v_new^T = R^T Tinv'^T              N = BT, A = R^T = v^T - X^T (f32 subtract), B = sTinv
 //   O^T += v_new^T A_qk^T              N = BT, A = v_new^T, B = sA
 //   S^T = S^T diag(gamma) + v_new^T kg N = K, A = v_new^T, B = sKgT (kg^T, which the prep stores
 //                                      transposed because tf32 wgmma reads B K-major only); the
-//                                      gamma scaling is an f32 multiply before the product
-//                                      accumulates into S^T
+//                                      gamma scaling is an f32 multiply (while the Tinv' product
+//                                      runs) before the product accumulates into S^T
 // wgmma reads each B tile once per warpgroup instead of once per warp.
 //
 // Column orders (why the tiles' rows are permuted): an accumulator tile holds columns (2t, 2t + 1)
@@ -25,23 +27,25 @@
 // A therefore keeps its 8-column tiles in the pair order sigma = [0, 4, 1, 5, 2, 6, 3, 7]:
 // physical column 8 n + p holds logical index 8 n + sigma(p), so thread t's pair is the logical
 // (t, t + 4) and the tile is an A fragment as it stands. S^T gets that order from the B rows of
-// its update (sKgT, whose row p holds d = scan_row(p)); X^T and O^T get it from the rows of sW,
-// sQg and sA, whose row p holds the chunk row scan_row(p) (the prep writes these tile images in
-// that order, tile_image.h; the scan copies them whole); v_new inherits it from X^T. So
-//   S^T register (nt, e) is d = 8 nt + t + 4 (e % 2); X^T, O^T, v_new^T (nn, e) are row
+// its update (sKgT, whose row p holds d = scan_row(p)); X^T, O^T and v_new^T get it from the rows
+// of sKe, sQg, sTinv and sA, whose row p holds the chunk row scan_row(p) (the prep writes these
+// tile images in that order, tile_image.h; the scan copies them whole); R^T inherits it from X^T
+// (the reads of sV follow it). So
+//   S^T register (nt, e) is d = 8 nt + t + 4 (e % 2); X^T, R^T, O^T, v_new^T (nn, e) are row
 //   j = 8 nn + t + 4 (e % 2) of the chunk,
 // and every product sums over logical indices in natural order (the B tiles keep natural K).
 // So the value columns of one CTA never need another CTA's data: the V split is exact.
-// Exactly causal: row i of o only sums terms j <= i (A_qk is exactly 0 above the diagonal).
+// Exactly causal: row i of o only sums terms j <= i (A_qk and Tinv' are exactly 0 above the
+// diagonal).
 //
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
-// chunks in order. Shared memory (ScanTraits): sW, sQg [BT][K] swizzled (one chunk), two REST
-// buffers of sA [BT][BT] and sKgT [K][BT] swizzled, sGamma [K], sU [vs / 64][BT][64], three
-// mbarriers: 107 KB at K = 128, BT = 32, vs = 128 (91 KB at vs = 64: two 4-warp CTAs per SM).
-// Every tile is a bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh): both
-// groups of the next chunk are issued at this chunk's mid-chunk barrier, its sW / sQg while this
-// chunk finishes, its REST tiles into the other buffer.
+// chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (one chunk), two REST
+// buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and sV [vs / 64][BT][64],
+// three mbarriers: 115 KB at K = 128, BT = 32, vs = 128 (99 KB at vs = 64: two 4-warp CTAs per
+// SM). Every tile is a bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh):
+// both groups of the next chunk are issued at this chunk's mid-chunk barrier, its sKe / sQg while
+// this chunk finishes, its REST tiles into the other buffer.
 #pragma once
 
 #include <cstdint>
@@ -96,43 +100,41 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
   }
 }
 
-// The bulk copies of one chunk's tiles, by one thread, in two groups, each completing on the
-// mbarrier `bar` (kernels.cuh has the pipeline):
-//   scan_load_wq    sW, sQg                (read only by the first products of scan_step)
-//   scan_load_rest  sKgT, sA, sU, sGamma   into the REST buffer at `rest` (read only after
-//                                          scan_step's mid-chunk hook)
+// The bulk copies of one chunk's tiles, by one thread, in two groups, each completing on its
+// mbarrier (kernels.cuh has the pipeline):
+//   WQ    sKe, sQg                      on bar_wq: read only by the first products of scan_step
+//   REST  sA, sTinv, sKgT, sGamma, sV   into the REST buffer at `rest`, on bar_rest: read only
+//                                       after scan_step's mid-chunk hook
 // Each source is the prep's image of the whole tile (tile_image.h): the copy lands as the
-// swizzled, pair-ordered wgmma operand (sW, sQg, sA: physical row p holds chunk row scan_row(p);
-// sKgT: d = scan_row(p)) or as the XOR-swizzled sU slices, with the prep's rows past the chunk.
-template <class Tr>
-__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int64_t tile,
-                                             unsigned char* smem, uint32_t bar) {
-  constexpr uint32_t kTileBytes = sizeof(float) * Tr::kBT * Tr::kK;
-  const int64_t at = tile * Tr::kBT * Tr::kK;
-  mbarrier_expect_tx(bar, Tr::kTransition ? kTileBytes : 2 * kTileBytes);
-  bulk_load(smem_address(smem + Tr::kOffW), p.w + at, kTileBytes, bar);
-  if constexpr (!Tr::kTransition)
-    bulk_load(smem_address(smem + Tr::kOffQg), p.qg + at, kTileBytes, bar);
-}
-
-// kVs value columns of u from v0 (with_u = false: the transition pass's M columns, whose u is 0,
-// leave sU unloaded).
+// swizzled, pair-ordered wgmma operand (sKe, sQg, sA, sTinv: physical row p holds chunk row
+// scan_row(p); sKgT: d = scan_row(p)) or as the XOR-swizzled sV slices (kVs value columns from
+// v0), with the prep's rows past the chunk. with_v = false (the transition pass's M columns,
+// whose v is 0) leaves sV unloaded.
 template <class Tr, int kVs>
-__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t tile, int v0,
-                                               bool with_u, unsigned char* rest, uint32_t bar) {
-  constexpr uint32_t kKgTBytes = sizeof(float) * Tr::kK * Tr::kBT;
-  constexpr uint32_t kABytes = Tr::kTransition ? 0 : sizeof(float) * Tr::kBT * Tr::kBT;
-  constexpr uint32_t kUBytes = sizeof(float) * Tr::kBT * kVs;
+__device__ __forceinline__ void scan_load_chunk(const ChunkFwdParams& p, int64_t tile, int v0,
+                                                bool with_v, unsigned char* smem,
+                                                unsigned char* rest, uint32_t bar_wq,
+                                                uint32_t bar_rest) {
+  constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKe, sQg, sKgT
+  constexpr uint32_t kBTBytes = sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
-  mbarrier_expect_tx(bar, kKgTBytes + kABytes + (with_u ? kUBytes : 0) + kGammaBytes);
-  bulk_load(smem_address(rest + Tr::kRestKgT), p.kgT + tile * Tr::kK * Tr::kBT, kKgTBytes, bar);
+  constexpr uint32_t kVBytes = sizeof(float) * Tr::kBT * kVs;
+  const int64_t at = tile * Tr::kBT * Tr::kK, at_bt = tile * Tr::kBT * Tr::kBT;
+  mbarrier_expect_tx(bar_wq, Tr::kTransition ? kKBytes : 2 * kKBytes);
+  bulk_load(smem_address(smem + Tr::kOffKe), p.ke + at, kKBytes, bar_wq);
   if constexpr (!Tr::kTransition)
-    bulk_load(smem_address(rest + Tr::kRestA), p.aqk + tile * Tr::kBT * Tr::kBT, kABytes, bar);
-  if (with_u) {
-    bulk_load(smem_address(rest + Tr::kRestU), p.u + tile * Tr::kBT * p.V + Tr::kBT * v0, kUBytes,
-              bar);
+    bulk_load(smem_address(smem + Tr::kOffQg), p.qg + at, kKBytes, bar_wq);
+  mbarrier_expect_tx(bar_rest, (Tr::kTransition ? 1 : 2) * kBTBytes + kKBytes + kGammaBytes +
+                                   (with_v ? kVBytes : 0));
+  if constexpr (!Tr::kTransition)
+    bulk_load(smem_address(rest + Tr::kRestA), p.aqk + at_bt, kBTBytes, bar_rest);
+  bulk_load(smem_address(rest + Tr::kRestTinv), p.tinv + at_bt, kBTBytes, bar_rest);
+  bulk_load(smem_address(rest + Tr::kRestKgT), p.kgT + at, kKBytes, bar_rest);
+  bulk_load(smem_address(rest + Tr::kRestGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar_rest);
+  if (with_v) {
+    bulk_load(smem_address(rest + Tr::kRestV), p.v_img + tile * Tr::kBT * p.V + Tr::kBT * v0,
+              kVBytes, bar_rest);
   }
-  bulk_load(smem_address(rest + Tr::kRestGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar);
 }
 
 // This thread's o values (pair order: tile nn, register e is row i = 8 nn + t + 4 (e % 2), value
@@ -196,29 +198,30 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
 }
 
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
-// i < nv are written. On entry sW and sQg hold the chunk's tiles (the caller waited on their bulk
-// copies' mbarrier); `mid()` is called by every thread right after the last read of sW / sQg and
-// must return with sKgT, sA, sU and sGamma of the chunk visible in the REST buffer at byte
-// `rest_off` the same way (the kernel's pipeline: it refills sW / sQg and the other REST buffer
-// with the next chunk there). The transition pass (Tr::kTransition, segments.cuh) computes only X^T
-// and the state update, with u = 0 on the M columns (m_part) and no o.
+// i < nv are written. On entry sKe and sQg hold the chunk's tiles (the caller waited on their bulk
+// copies' mbarrier); `mid()` is called by every thread right after the last read of sKe / sQg and
+// must return with sA, sTinv, sKgT, sGamma and sV of the chunk visible in the REST buffer at byte
+// `rest_off` the same way (the kernel's pipeline: it refills sKe / sQg and the other REST buffer
+// with the next chunk there). The transition pass (Tr::kTransition, segments.cuh) computes only
+// X^T, v_new and the state update, with v = 0 on the M columns (m_part) and no o.
 template <class Tr, int kVs, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
                                           int v0, bool m_part, const unsigned char* smem,
                                           int rest_off, float (&s)[Tr::kK / 8][4], Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
-  const uint64_t dW = wgmma_desc_base(smem_address(smem + Tr::kOffW));
+  const uint64_t dKe = wgmma_desc_base(smem_address(smem + Tr::kOffKe));
   const uint64_t dQg = wgmma_desc_base(smem_address(smem + Tr::kOffQg));
   const unsigned char* rest = smem + rest_off;
   const uint64_t dA = wgmma_desc_base(smem_address(rest + Tr::kRestA));
+  const uint64_t dTinv = wgmma_desc_base(smem_address(rest + Tr::kRestTinv));
   const uint64_t dKgT = wgmma_desc_base(smem_address(rest + Tr::kRestKgT));
   const float* sGamma = reinterpret_cast<const float*>(rest + Tr::kRestGamma);
-  const float* sU = reinterpret_cast<const float*>(rest + Tr::kRestU);
+  const float* sV = reinterpret_cast<const float*>(rest + Tr::kRestV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
 
-  // X^T = S^T w^T and O^T = S^T qg^T (one A fragment of S^T feeds both).
+  // X^T = S^T ke^T and O^T = S^T qg^T (one A fragment of S^T feeds both).
   constexpr bool kOut = !Tr::kTransition;
   float x[kNJ][4], o[kNJ][4];
 #pragma unroll
@@ -244,7 +247,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
     for (int kk = 0; kk < kNK / 2; ++kk) {
       const int k = half * kNK / 2 + kk;
-      wgmma_tf32<Tr::kBT>(&x[0][0], a[kk], wgmma_desc_step<Tr::kBT>(dW, k));
+      wgmma_tf32<Tr::kBT>(&x[0][0], a[kk], wgmma_desc_step<Tr::kBT>(dKe, k));
       if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[kk], wgmma_desc_step<Tr::kBT>(dQg, k));
     }
     wgmma_commit();
@@ -253,30 +256,43 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 
-  // sW and sQg are dead from here on; sKgT, sA, sU, sGamma are ready after the hook.
+  // sKe and sQg are dead from here on; sA, sTinv, sKgT, sGamma, sV are ready after the hook.
   mid();
 
-  // v_new^T = u^T - X^T (rows past the chunk: 0, whatever X holds there), then as A operands. The
-  // row test only runs in tail chunks (nv is block-uniform).
-  uint32_t va[kNJ][4];
+  // R^T = v^T - X^T (rows past the chunk: 0, whatever X holds there; the row test only runs in
+  // tail chunks, nv is block-uniform), then v_new^T = R^T Tinv'^T: u - w S in one BT x BT product
+  // (Tinv' is exactly 0 above the diagonal, so row i of v_new sums rows j <= i only).
+  uint32_t ra[kNJ][4];
 #pragma unroll
   for (int nn = 0; nn < kNJ; ++nn) {
-    float vn[4];
+    float r[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 8 * nn + t + 4 * (e % 2);
-      vn[e] = m_part ? -x[nn][e] : sU[u_image_index<Tr::kBT>(j, vl + 8 * (e / 2))] - x[nn][e];
+      r[e] = m_part ? -x[nn][e] : sV[v_image_index<Tr::kBT>(j, vl + 8 * (e / 2))] - x[nn][e];
     }
     if (nv < Tr::kBT) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if (8 * nn + t + 4 * (e % 2) >= nv) vn[e] = 0.0f;
+        if (8 * nn + t + 4 * (e % 2) >= nv) r[e] = 0.0f;
       }
     }
-    a_from_acc(vn, va[nn]);
+    a_from_acc(r, ra[nn]);
   }
+  float vn[kNJ][4];
+#pragma unroll
+  for (int nn = 0; nn < kNJ; ++nn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) vn[nn][e] = 0.0f;
+  wgmma_fence_operands<4 * kNJ>(&vn[0][0]);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kNJ; ++kk)
+    wgmma_tf32<Tr::kBT>(&vn[0][0], ra[kk], wgmma_desc_step<Tr::kBT>(dTinv, kk));
+  wgmma_commit();
 
-  // S^T <- S^T diag(gamma) (no product reads S^T now: X^T and O^T used converted copies).
+  // S^T <- S^T diag(gamma) while that product runs (it does not read S^T; X^T and O^T used
+  // converted copies).
 #pragma unroll
   for (int nt = 0; nt < kNK; ++nt) {
     const float gm0 = sGamma[8 * nt + t], gm1 = sGamma[8 * nt + t + 4];
@@ -285,6 +301,11 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
     s[nt][2] *= gm0;
     s[nt][3] *= gm1;
   }
+  wgmma_wait<0>();
+  wgmma_fence_operands<4 * kNJ>(&vn[0][0]);
+  uint32_t va[kNJ][4];
+#pragma unroll
+  for (int nn = 0; nn < kNJ; ++nn) a_from_acc(vn[nn], va[nn]);
 
   // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros) and
   // S^T += v_new^T kg (N = K; B = kg^T, rows d in pair order, so S^T keeps its column order),

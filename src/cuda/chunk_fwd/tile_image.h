@@ -4,14 +4,16 @@
 // the scan's shared memory holds it, rows past the chunk included (zero or finite garbage that
 // the scan masks: state.cuh), so the copy is a contiguous byte range.
 //
-//   w, qg   [BT][K]   wgmma B operands of X^T = S^T w^T and O^T = S^T qg^T: 128-byte swizzled,
+//   ke, qg  [BT][K]   wgmma B operands of X^T = S^T ke^T and O^T = S^T qg^T: 128-byte swizzled,
 //                     K-major (wgmma.cuh), rows in pair order (below)
 //   A_qk    [BT][BT]  the B operand of O^T += v_new^T A_qk^T: the same layout with BT columns
+//   Tinv'   [BT][BT]  the B operand of v_new^T = R^T Tinv'^T: the same layout
 //   kg^T    [K][BT]   the B operand of the state update: the same layout, rows d in pair order
-//   u       [V / 64][BT][64]  slices of 64 value columns (a 4-warp scan CTA copies one slice,
-//                     an 8-warp one two); within a row, column c at c ^ (8 (j % 4)): the scan
-//                     reads (row j = 8 nn + t + 4 (e % 2), column 16 w + g + 8 h), so the XOR
-//                     by 8 t puts the 32 lanes of a warp on 32 distinct banks without padding
+//   v       [V / 64][BT][64]  the chunk's v rows in f32, in slices of 64 value columns (a 4-warp
+//                     scan CTA copies one slice, an 8-warp one two); within a row, column c at
+//                     c ^ (8 (j % 4)): the scan reads (row j = 8 nn + t + 4 (e % 2), column
+//                     16 w + g + 8 h), so the XOR by 8 t puts the 32 lanes of a warp on 32
+//                     distinct banks without padding
 //   gamma   [K]       plain
 //
 // Pair order (state.cuh says why): physical row (or column) p of a tile holds the chunk row
@@ -19,7 +21,7 @@
 // inverse (the physical row of chunk row r).
 //
 // Plain C++ (host and device): tests/cpp/test_tile_image.cpp checks on the CPU that every map is a
-// bijection onto its tile, that the pair order inverts, and that the scan's u reads are free of
+// bijection onto its tile, that the pair order inverts, and that the scan's v reads are free of
 // bank conflicts.
 #pragma once
 
@@ -46,16 +48,16 @@ OPENKDA_HOST_DEVICE constexpr uint32_t pair_row(uint32_t r) {
 }
 
 // Byte offset of element (row r, column d) of a swizzled K-major tile image of kRows rows in
-// pair order (w, qg, A_qk: r = chunk row; kg^T: r = d, the column the chunk row j).
+// pair order (ke, qg, A_qk, Tinv': r = chunk row; kg^T: r = d, the column the chunk row j).
 template <int kRows>
 OPENKDA_HOST_DEVICE constexpr uint32_t pair_image_offset(uint32_t r, uint32_t d) {
   return swizzled_offset<kRows>(pair_row(r), d / 4) + 4 * (d % 4);
 }
 
-// Float index of element (chunk row j, value column c) of a u image of kBT rows (c relative to the
+// Float index of element (chunk row j, value column c) of a v image of kBT rows (c relative to the
 // first column of the image, a multiple of 64).
 template <int kBT>
-OPENKDA_HOST_DEVICE constexpr uint32_t u_image_index(uint32_t j, uint32_t c) {
+OPENKDA_HOST_DEVICE constexpr uint32_t v_image_index(uint32_t j, uint32_t c) {
   return ((c / 64) * kBT + j) * 64 + ((c % 64) ^ (8 * (j % 4)));
 }
 

@@ -1,8 +1,8 @@
 // Compile-time configuration of the chunk_kda forward kernels: tiles, threads and the shared
 // memory plan of each kernel, with the bank-conflict and alignment constraints as static_asserts.
 //
-//   PrepTraits<K, V, BT>  openkda_fwd_prep_kernel: one CTA of 256 threads (BT = 32) per (chunk,
-//                         value head)
+//   PrepTraits<K, BT>     openkda_fwd_prep_kernel: one CTA of 256 threads (BT = 32) per (chunk,
+//                         value head); it never reads v, so V is not a parameter
 //   ScanTraits<K, BT, T>  openkda_fwd_scan_kernel: one CTA of vs / 16 warps (vs / 64
 //                         warpgroups) per (sequence, value head, V slice); vs in {64, 128};
 //                         T: the transition pass of the time split (no output tiles)
@@ -27,30 +27,25 @@ constexpr int cmax(int a, int b) {
   return a > b ? a : b;
 }
 
-template <int kK_, int kV_, int kBT_>
+template <int kK_, int kBT_>
 struct PrepTraits {
   static constexpr int kK = kK_;    // q/k head dim
-  static constexpr int kV = kV_;    // value head dim
   static constexpr int kBT = kBT_;  // chunk size
   // NOTE: the prep's phases are short, serial and latency-bound, so what counts is how many
   // independent CTAs share a multiprocessor. At BT = 32 (launch.cu's kKernelChunk, the only length
-  // instantiated) the plan is 56 KB at K = V = 128, so four CTAs of 8 warps fit in shared
-  // memory. At <= 64 registers ptxas spills a little: 16 bytes at K = V = 128 (the f64-input load
-  // path only), 12 at K = 128, V = 64 (the chunk's first token, stored once and reloaded about six
-  // times per thread); and four CTAs still ran 3-6 % faster than three at <= 80 registers (tenth
-  // and eleventh sessions, development A/Bs; the seventh session's four-CTA build, with 36 bytes
-  // of spills, measured the same as three). A 64-token prep (123 KB, one CTA per multiprocessor)
-  // ran best at 512 threads (chunk_fwd README, sixth session).
+  // instantiated) the plan is 56 KB at K = 128, so four CTAs of 8 warps fit in shared memory, at
+  // <= 64 registers (four CTAs ran 3-6 % faster than three at <= 80 registers: tenth and eleventh
+  // sessions, development A/Bs). A 64-token prep (123 KB, one CTA per multiprocessor) ran best at
+  // 512 threads (chunk_fwd README, sixth session).
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocks = 4;  // CTAs per multiprocessor (launch bound)
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kNB = kBT / kSubChunk;  // 16-row blocks per chunk
 
   // Row strides (floats).
-  //   sQ, sK, sG [kBT][kLdX]: read by mma fragments at (row g, col t) -> kLdX = 4 (mod 32); the
-  //     w / u product reads sQ (k beta E) and sK (beta v) at (row 2t, col g) -> also 4 (mod 32).
+  //   sQ, sK, sG [kBT][kLdX]: read by mma fragments at (row g, col t) -> kLdX = 4 (mod 32).
   //   sA [kBT][kLdA] (A_kk, then Tinv): read as float2 at (row g, col 2t) -> 8 (mod 32).
-  static constexpr int kLdX = cmax(kK, kV) + 4;
+  static constexpr int kLdX = kK + 4;
   static constexpr int kLdA = kBT + 8;
 
   // Cumsum over the chunk rows: kCumParts threads per column, kCumRows rows each.
@@ -58,8 +53,8 @@ struct PrepTraits {
   static constexpr int kCumRows = kBT / kCumParts;
 
   // ---- shared memory plan (floats); lifetimes in kernels.cuh ----
-  //   sQ    [kBT][kLdX]  q (l2-normalised)          -> beta k exp2(G) (operand of w)
-  //   sK    [kBT][kLdX]  k (l2-normalised)          -> beta v         (operand of u)
+  //   sQ    [kBT][kLdX]  q (l2-normalised)
+  //   sK    [kBT][kLdX]  k (l2-normalised)
   //   sG    [kBT][kLdX]  gate g                     -> G (log2 chunk-local cumsum)
   //   sA    [kBT][kLdA]  A_kk (strictly lower)      -> Tinv = (I + A_kk)^-1
   //   sBeta [kBT]        beta (post-activation; 0 on rows past the sequence)
@@ -75,7 +70,6 @@ struct PrepTraits {
   static constexpr size_t kSmemBytes = sizeof(float) * kSmemFloats;
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
-  static_assert(kV == 64 || kV == 128, "compiled head dims: V in {64, 128}");
   static_assert(kBT == 32, "thread count and occupancy planned for 32-token chunks");
   static_assert(kLdX % 32 == 4 && kLdA % 32 == 8, "bank-conflict-free fragment reads");
   static_assert(kOffK % 4 == 0 && kOffG % 4 == 0 && kOffA % 4 == 0 && kOffBeta % 4 == 0 &&
@@ -85,9 +79,7 @@ struct PrepTraits {
   static_assert(kBT % kWarps == 0, "whole rows per warp in the row-wise passes");
   static_assert(kNB * (kNB + 1) / 2 < kWarps,
                 "intra products: one warp per block pair, and at least one warp for the zeros");
-  static_assert(kWarps % kNB == 0 && (kK / 8) % (kWarps / kNB) == 0 &&
-                    (kV / 8) % (kWarps / kNB) == 0,
-                "w / u product: whole 8-column tiles per warp");
+  static_assert(kBT * kBT == 4 * kThreads, "Tinv' image: one 16-byte chunk per thread");
   static_assert(kSmemBytes <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
   static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024,
                 "kMinBlocks CTAs per multiprocessor (1 KB reserved per CTA)");
@@ -98,35 +90,38 @@ struct ScanTraits {
   static constexpr int kK = kK_;
   static constexpr int kBT = kBT_;
   // kTransition: the time split's first pass (segments.cuh), which needs no output tiles (sQg,
-  // sA): 67 KB at K = 128, BT = 32, so that two of its CTAs share a multiprocessor.
+  // sA): 75 KB at K = 128, BT = 32, vs = 64 (99 KB with them), so two CTAs of either pass share
+  // a multiprocessor.
   static constexpr bool kTransition = kTransition_;
   // The kernel's warps (4 or 8: vs = 64 or 128 value columns, one or two warpgroups) are its
   // third template parameter (kernels.cuh).
   static constexpr int kWarpRows = 16;  // value columns (rows of S^T) per warp
 
   // ---- shared memory plan (bytes from a 1024-byte aligned base) ----
-  //   WQ tiles (one chunk): sW, sQg [kBT][kK] tf32: wgmma B operands, 128-byte swizzled K-major
+  //   WQ tiles (one chunk): sKe, sQg [kBT][kK] tf32: wgmma B operands, 128-byte swizzled K-major
   //     (wgmma.cuh), rows in the pair order of scan_row (tile_image.h); 1024-byte aligned. sQg is
   //     empty in the transition pass.
   //   two REST buffers (chunks of even and odd index from the segment's first; kRest* are byte
   //     offsets within a buffer, which starts 1024-byte aligned at rest_offset(buffer, vs)):
-  //     sA [kBT][kBT] tf32 (swizzled, pair order; empty in the transition pass), sKgT [kK][kBT]
-  //     tf32 (the state update's B operand, kg^T: N = d, K-major along the chunk rows j;
-  //     swizzled, rows d in pair order), sGamma [kK], sU [vs / 64][kBT][64] (the prep's u image:
-  //     XOR-swizzled columns, conflict-free reads without padding).
+  //     sA [kBT][kBT] tf32 (A_qk; swizzled, pair order; empty in the transition pass), sTinv
+  //     [kBT][kBT] tf32 (Tinv' = Tinv diag(beta), the B operand of v_new^T = R^T Tinv'^T; the same
+  //     layout), sKgT [kK][kBT] tf32 (the state update's B operand, kg^T: N = d, K-major along the
+  //     chunk rows j; swizzled, rows d in pair order), sGamma [kK], sV [vs / 64][kBT][64] (the
+  //     prep's f32 v image: XOR-swizzled columns, conflict-free reads without padding).
   //   bar [3] at bar_offset(vs): the mbarriers of the bulk copies of WQ, REST buffer 0 and REST
   //     buffer 1 (kernels.cuh).
-  static constexpr int kOffW = 0;
-  static constexpr int kOffQg = kOffW + kBT * kK * 4;
+  static constexpr int kOffKe = 0;
+  static constexpr int kOffQg = kOffKe + kBT * kK * 4;
   static constexpr int kOffRest = kOffQg + (kTransition ? 0 : kBT * kK * 4);
   static constexpr int kRestA = 0;
-  static constexpr int kRestKgT = kRestA + (kTransition ? 0 : kBT * kBT * 4);
+  static constexpr int kRestTinv = kRestA + (kTransition ? 0 : kBT * kBT * 4);
+  static constexpr int kRestKgT = kRestTinv + kBT * kBT * 4;
   static constexpr int kRestGamma = kRestKgT + kK * kBT * 4;
-  static constexpr int kRestU = kRestGamma + kK * 4;
+  static constexpr int kRestV = kRestGamma + kK * 4;
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 
   OPENKDA_HOST_DEVICE static constexpr int rest_bytes(int vs) {
-    return (kRestU + 4 * kBT * vs + 1023) / 1024 * 1024;
+    return (kRestV + 4 * kBT * vs + 1023) / 1024 * 1024;
   }
   OPENKDA_HOST_DEVICE static constexpr int rest_offset(int buffer, int vs) {
     return kOffRest + buffer * rest_bytes(vs);
@@ -138,15 +133,16 @@ struct ScanTraits {
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
   static_assert(kBT == 32, "planned for the kernels' 32-token chunks (two REST buffers)");
-  static_assert(kOffQg % 1024 == 0 && kOffRest % 1024 == 0 && kRestKgT % 1024 == 0,
+  static_assert(kOffQg % 1024 == 0 && kOffRest % 1024 == 0 && kRestTinv % 1024 == 0 &&
+                    kRestKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
-  static_assert(kRestGamma % 16 == 0 && kRestU % 16 == 0, "16-byte aligned bulk-copy destinations");
+  static_assert(kRestGamma % 16 == 0 && kRestV % 16 == 0, "16-byte aligned bulk-copy destinations");
   static_assert(rest_bytes(64) % 1024 == 0 && rest_bytes(128) % 1024 == 0 &&
                     bar_offset(64) % 8 == 0 && bar_offset(128) % 8 == 0,
                 "1024-byte aligned REST buffers, 8-byte aligned mbarriers");
   static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
-  static_assert(!kTransition || 2 * smem_bytes(64) <= 228 * 1024 - 2 * 1024,
-                "two transition CTAs per multiprocessor (1 KB reserved per CTA)");
+  static_assert(2 * (smem_bytes(64) + 1024) <= 228 * 1024,
+                "two 4-warp CTAs per multiprocessor (1 KB reserved per CTA)");
 };
 
 }  // namespace openkda::cuda::chunk_forward
