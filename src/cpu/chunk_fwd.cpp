@@ -170,6 +170,38 @@ void fwd_output(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale) {
 }
 
 template <class T>
+void fwd_v_new_factored(const ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, const T* S,
+                        T* v_new) {
+  const int64_t K = b.K, V = b.V;
+  // R = v - ke S, row j only from row j (ke_j = k_j exp2(G_j)).
+  std::vector<T> r(static_cast<size_t>(c.n * V));
+  for (int64_t j = 0; j < c.n; ++j) {
+    const int64_t tj = c.t0 + j;
+    const T* kj = b.q_row(b.k, tj, hv);
+    const double* Gj = b.G + b.hk(tj, hv);
+    const T* vj = b.v + b.hvv(tj, hv);
+    T* rj = r.data() + j * V;
+    for (int64_t e = 0; e < V; ++e) rj[e] = vj[e];
+    for (int64_t x = 0; x < K; ++x) {
+      const T ke = kj[x] * T(std::exp2(Gj[x]));
+      const T* Sx = S + x * V;
+      for (int64_t e = 0; e < V; ++e) rj[e] -= ke * Sx[e];
+    }
+  }
+  // v_new = Tinv' R, Tinv'[i][j] = Tinv[i][j] beta_j; row i only uses rows j <= i.
+  for (int64_t i = 0; i < c.n; ++i) {
+    const T* Tinv = b.A_kk + b.ha(c.t0 + i, hv);
+    T* out = v_new + i * V;
+    std::fill(out, out + V, T(0));
+    for (int64_t j = 0; j <= i; ++j) {
+      const T coef = Tinv[j] * b.beta[(c.t0 + j) * b.HV + hv];
+      const T* rj = r.data() + j * V;
+      for (int64_t e = 0; e < V; ++e) out[e] += coef * rj[e];
+    }
+  }
+}
+
+template <class T>
 void chunk_forward_sequence(ChunkBuffers<T>& b, const ProblemDims& d, int64_t n, int64_t hv,
                             T scale, bool output) {
   const SequenceInfo& s = d.seqs[n];
@@ -213,17 +245,19 @@ void fwd_segment_combine(const T* X, const T* S, T* S_next, int64_t K, int64_t V
   }
 }
 
-#define OPENKDA_INSTANTIATE(T)                                                                    \
-  template void fwd_gate_cumsum<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                  \
-  template void fwd_intra<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                     \
-  template void fwd_inverse<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                      \
-  template void fwd_wy<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                           \
-  template void fwd_state<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T*);                    \
-  template void fwd_output<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                    \
-  template void chunk_forward_sequence<T>(ChunkBuffers<T>&, const ProblemDims&, int64_t, int64_t, \
-                                          T, bool);                                               \
-  template void fwd_segment_transition<T>(const ChunkBuffers<T>&, const ChunkSpan*, int64_t,      \
-                                          int64_t, T*);                                           \
+#define OPENKDA_INSTANTIATE(T)                                                                     \
+  template void fwd_gate_cumsum<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                   \
+  template void fwd_intra<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                      \
+  template void fwd_inverse<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                       \
+  template void fwd_wy<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t);                            \
+  template void fwd_state<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T*);                     \
+  template void fwd_output<T>(ChunkBuffers<T>&, const ChunkSpan&, int64_t, T);                     \
+  template void fwd_v_new_factored<T>(const ChunkBuffers<T>&, const ChunkSpan&, int64_t, const T*, \
+                                      T*);                                                         \
+  template void chunk_forward_sequence<T>(ChunkBuffers<T>&, const ProblemDims&, int64_t, int64_t,  \
+                                          T, bool);                                                \
+  template void fwd_segment_transition<T>(const ChunkBuffers<T>&, const ChunkSpan*, int64_t,       \
+                                          int64_t, T*);                                            \
   template void fwd_segment_combine<T>(const T*, const T*, T*, int64_t, int64_t);
 OPENKDA_INSTANTIATE(float)
 OPENKDA_INSTANTIATE(double)

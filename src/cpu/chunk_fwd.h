@@ -4,6 +4,8 @@
 //   2b inverse      Tinv = (I + A_kk)^-1 by forward substitution (in place)    [tok, HV, BT]
 //   3  wy           w = Tinv (beta k E), u = Tinv (beta v), kg, qg             [tok, HV, K|V]
 //   4  state        h[c] = S; v_new = u - w S; S = diag(E_last) S + kg^T v_new (sequential)
+//      (the CUDA scan forms v_new = Tinv' (v - ke S), Tinv' = Tinv diag(beta), ke = k E, without
+//      w and u: fwd_v_new_factored is its twin)
 //   5  output       o = scale * qg h[c] + A_qk v_new
 //   time split      segment_transition, segment_combine (cuda/chunk_fwd/segments.cuh)
 // Each function handles one chunk of one (sequence, value head); chunk_forward_sequence runs them
@@ -32,6 +34,13 @@ template <class T>
 void fwd_state(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T* S);
 template <class T>
 void fwd_output(ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, T scale);
+
+// The CUDA scan's v_new (cuda/chunk_fwd/state.cuh): rows i < c.n of v_new [c.n, V] for the state S
+// [K, V] entering the chunk, as Tinv' (v - ke S) from stages 1-2b (G, Tinv in A_kk) and the
+// inputs; equal to fwd_state's u - w S up to rounding.
+template <class T>
+void fwd_v_new_factored(const ChunkBuffers<T>& b, const ChunkSpan& c, int64_t hv, const T* S,
+                        T* v_new);
 
 // Time split (cuda/chunk_fwd/segments.cuh), for one (sequence, value head) whose stages 1-3 ran:
 //   segment_transition  X = [Z | M] [K, V + K] over `count` consecutive chunks, from [0 | I]: each

@@ -1,7 +1,10 @@
-// CPU twin of the CUDA time split (src/cuda/chunk_fwd/segments.cuh): chaining every segment's
-// zero-start state Z_s and transition M_s from the initial state reproduces the serial scan's
-// state at each segment boundary, and after the last segment its final state. A stage-level test:
-// it drives the CPU stages (src/cpu/chunk_fwd.h) directly, in float64.
+// CPU twins of the CUDA scan's own algebra, against the serial CPU stages. Stage-level tests: they
+// drive the CPU stages (src/cpu/chunk_fwd.h) directly, in float64.
+//   * The time split (src/cuda/chunk_fwd/segments.cuh): chaining every segment's zero-start state
+//     Z_s and transition M_s from the initial state reproduces the serial scan's state at each
+//     segment boundary, and after the last segment its final state.
+//   * The factored v_new (src/cuda/chunk_fwd/state.cuh): Tinv' (v - ke S) equals the WY form's
+//     u - w S of every chunk.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -137,6 +140,57 @@ TEST(ChunkSegments, ZeroStartStatesAloneDoNotChain) {
   for (int64_t x = 0; x < c.K; ++x)
     for (int64_t e = 0; e < c.V; ++e) Z[x * c.V + e] = X[x * (c.V + c.K) + e];
   EXPECT_GT(rel_max(b.ht, Z.data(), c.K * c.V), 1e-3) << rel_max(b.ht, Z.data(), c.K * c.V);
+}
+
+// The scan's v_new = Tinv' (v - ke S) (Tinv' = Tinv diag(beta), ke = k exp2(G)) against fwd_state's
+// u - w S, chunk by chunk from the state entering it (b.h), on dense and varlen cases with tail
+// chunks, beta in (0, 2) (allow_neg_eigval) and an initial state.
+TEST(ChunkFactoredVNew, EqualsTheWYForm) {
+  Config dense;
+  dense.B = 2;
+  dense.T = 75;  // 3 chunks of 32, the last of 11 tokens
+  dense.H = 1;
+  dense.HV = 2;
+  dense.K = 16;
+  dense.V = 8;
+  dense.chunk = 32;
+  dense.gate = Gate::kSoftplusBias;
+  dense.beta = Beta::kLogitsNeg;
+  dense.l2norm = true;
+  dense.h0 = true;
+  Config varlen = dense;
+  varlen.B = 1;
+  varlen.cu = {0, 40, 40, 75};
+  varlen.K = 8;
+  varlen.V = 16;
+  varlen.gate = Gate::kPre;
+  varlen.beta = Beta::kPost;
+  for (const Config& c : {dense, varlen}) {
+    const SerialRun run(c);
+    const openkda::ProblemDims& d = run.d;
+    const openkda::cpu::ChunkBuffers<double>& b = run.b;
+    int64_t checked = 0;
+    double worst = 0.0;
+    for (int64_t n = 0; n < d.N; ++n) {
+      const openkda::SequenceInfo& s = d.seqs[n];
+      for (int64_t ch = 0; ch < d.num_chunks(s.len); ++ch) {
+        const ChunkSpan span{s.bos + ch * d.BT, std::min(d.BT, s.len - ch * d.BT),
+                             s.chunk_offset + ch};
+        for (int64_t hv = 0; hv < d.HV; ++hv) {
+          std::vector<double> v_new(span.n * d.V);
+          openkda::cpu::fwd_v_new_factored(b, span, hv, b.h + (span.idx * d.HV + hv) * d.K * d.V,
+                                           v_new.data());
+          for (int64_t i = 0; i < span.n; ++i) {
+            worst = std::max(
+                worst, rel_max(b.v_new + b.hvv(span.t0 + i, hv), v_new.data() + i * d.V, d.V));
+            ++checked;
+          }
+        }
+      }
+    }
+    EXPECT_GT(checked, 0);
+    EXPECT_LT(worst, 1e-11);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Stages 4 and 5 of the chunk_kda forward (scan kernel): the inter-chunk state recurrence with
-// the output fused in. CPU twins: cpu/chunk_fwd.cpp fwd_state and fwd_output.
+// the output fused in. CPU twins: cpu/chunk_fwd.cpp fwd_state (v_new as fwd_v_new_factored) and
+// fwd_output.
 //
 // What it computes, per chunk c of one sequence (rows i, j < nv; state S [K, V] f32 entering the
 // chunk; prep outputs ke, qg, kg, A_qk, Tinv', gamma and a copy of v from the workspace):
