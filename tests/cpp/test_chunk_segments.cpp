@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/problem.h"
@@ -92,26 +93,35 @@ double chained_state_error(const Config& c, int64_t seg, int64_t* checked) {
   return worst;
 }
 
-TEST(ChunkSegments, ChainedSegmentsReproduceTheSerialStates) {
+// A small dense case (B = 2, HV = 2 over one q/k head, K = 16, V = 8, 32-token chunks, the softplus
+// gate with its bias, l2norm, an initial state) of T tokens, and its varlen twin: one row cut at
+// `cut` into three sequences (the middle one empty), K = 8, V = 16, the gate as passed.
+std::pair<Config, Config> small_cases(int64_t T, int64_t cut, Beta beta) {
   Config dense;
   dense.B = 2;
-  dense.T = 200;  // 7 chunks of 32, the last of 8 tokens
+  dense.T = T;
   dense.H = 1;
   dense.HV = 2;
   dense.K = 16;
   dense.V = 8;
   dense.chunk = 32;
   dense.gate = Gate::kSoftplusBias;
-  dense.beta = Beta::kLogits;
+  dense.beta = beta;
   dense.l2norm = true;
   dense.h0 = true;
   Config varlen = dense;
   varlen.B = 1;
-  varlen.cu = {0, 70, 70, 200};  // an empty sequence in the middle
+  varlen.cu = {0, cut, cut, T};
   varlen.K = 8;
   varlen.V = 16;
-  varlen.chunk = 64;
   varlen.gate = Gate::kPre;
+  return {dense, varlen};
+}
+
+TEST(ChunkSegments, ChainedSegmentsReproduceTheSerialStates) {
+  // 7 chunks of 32, the last of 8 tokens; the varlen twin with 64-token h chunks.
+  auto [dense, varlen] = small_cases(200, 70, Beta::kLogits);
+  varlen.chunk = 64;
   for (const Config& c : {dense, varlen}) {
     for (int64_t seg : {1, 2, 3}) {
       int64_t checked = 0;
@@ -146,24 +156,8 @@ TEST(ChunkSegments, ZeroStartStatesAloneDoNotChain) {
 // u - w S, chunk by chunk from the state entering it (b.h), on dense and varlen cases with tail
 // chunks, beta in (0, 2) (allow_neg_eigval) and an initial state.
 TEST(ChunkFactoredVNew, EqualsTheWYForm) {
-  Config dense;
-  dense.B = 2;
-  dense.T = 75;  // 3 chunks of 32, the last of 11 tokens
-  dense.H = 1;
-  dense.HV = 2;
-  dense.K = 16;
-  dense.V = 8;
-  dense.chunk = 32;
-  dense.gate = Gate::kSoftplusBias;
-  dense.beta = Beta::kLogitsNeg;
-  dense.l2norm = true;
-  dense.h0 = true;
-  Config varlen = dense;
-  varlen.B = 1;
-  varlen.cu = {0, 40, 40, 75};
-  varlen.K = 8;
-  varlen.V = 16;
-  varlen.gate = Gate::kPre;
+  // 3 chunks of 32, the last of 11 tokens; the varlen twin with beta as passed.
+  auto [dense, varlen] = small_cases(75, 40, Beta::kLogitsNeg);
   varlen.beta = Beta::kPost;
   for (const Config& c : {dense, varlen}) {
     const SerialRun run(c);
