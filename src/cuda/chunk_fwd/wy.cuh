@@ -3,8 +3,8 @@
 //
 // What it computes, for rows i < nv of one chunk; every tile goes to the workspace whole, as the
 // scan's shared-memory image (tile_image.h), rows (columns of kg^T) past the chunk from the
-// zero rows of q, k, beta there. Every tile here is only ever a tensor-core operand, so each is
-// stored as tf32 operands (tf32_operand, mma.cuh):
+// zero rows of q, k, beta there. qg, ke, kg^T and Tinv' are only ever tensor-core operands, so they
+// are stored as tf32 operands (tf32_operand, mma.cuh); gamma and the copy of v stay f32:
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
 //   ke_i  = k_i * exp2(G_i)                      -> workspace ke
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
@@ -32,7 +32,6 @@
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/tile_image.h"
 #include "cuda/chunk_fwd/traits.h"
-#include "cuda/common/vec.cuh"
 
 namespace openkda::cuda::chunk_forward {
 

@@ -29,11 +29,4 @@ __device__ __forceinline__ void store_pack(T* __restrict__ ptr, const Pack<T, N>
   *reinterpret_cast<Pack<T, N>*>(ptr) = pack;
 }
 
-// Two f32 as one 8-byte store (ptr 8-byte aligned). NOTE: written as PTX because under register
-// pressure ptxas splits a float2 store of two unrelated registers into two 4-byte stores (the prep
-// kernel's w / u stores, 80 registers), which halves the sector use of every store instruction.
-__device__ __forceinline__ void store_f32x2(float* ptr, float a, float b) {
-  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(ptr), "f"(a), "f"(b) : "memory");
-}
-
 }  // namespace openkda::cuda
