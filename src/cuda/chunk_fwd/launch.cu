@@ -100,9 +100,9 @@ int device_sms() {
 // chunks (the transition and combine passes cost ~1.5 plain chunk steps per segment chunk, so
 // short segments do not pay).
 constexpr int64_t kMinSegmentChunks = 16;
-// The output pass's 4-warp CTAs (253 registers, 91 KB of shared memory at BT = 32) fit two per
-// multiprocessor, and its serial chunk steps are latency-bound, so two co-resident CTAs with
-// half the chunks each finish sooner than one with all of them.
+// The output pass's 4-warp CTAs (254 registers, 99 KB of shared memory at BT = 32, K = 128) fit
+// two per multiprocessor, and its serial chunk steps are latency-bound, so two co-resident CTAs
+// with half the chunks each finish sooner than one with all of them.
 constexpr int64_t kSplitCtasPerSm = 2;
 static_assert(kSplitCtasPerSm *
                       (chunk_forward::ScanTraits<128, chunk_forward::kKernelChunk>::smem_bytes(64) +
