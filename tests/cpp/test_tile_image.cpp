@@ -3,7 +3,8 @@
 // scan copies it whole. These host-side checks pin the maps that both kernels share: each is a
 // bijection onto its tile, the pair order inverts, the image of a swizzled tile is the layout the
 // scan's wgmma descriptors read (physical row p holds chunk row scan_row(p)), the prep's vector
-// stores stay contiguous, and the scan's reads of v hit 32 distinct banks per warp.
+// stores stay contiguous, and the scan's reads of v (f32, or 16-bit row pairs) hit 32 distinct
+// banks per warp.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -14,11 +15,13 @@
 
 namespace {
 
+using openkda::cuda::chunk_forward::pair_half;
 using openkda::cuda::chunk_forward::pair_image_offset;
 using openkda::cuda::chunk_forward::pair_row;
 using openkda::cuda::chunk_forward::scan_row;
 using openkda::cuda::chunk_forward::swizzled_offset;
 using openkda::cuda::chunk_forward::v_image_index;
+using openkda::cuda::chunk_forward::v_pair_word_index;
 
 TEST(TileImage, PairOrderInverts) {
   const int expected[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // chunk rows of physical rows 0..7
@@ -106,6 +109,51 @@ TEST(TileImage, ScanReadsOfVAreConflictFree) {
           }
           EXPECT_EQ(banks.size(), 32u) << "w " << w << " nn " << nn << " s " << s << " h " << h;
         }
+      }
+    }
+  }
+}
+
+TEST(TileImage, VPairImageIsABijectionOfHalfWords) {
+  // The 16-bit image: element (j, c) is half pair_half(j) of word v_pair_word_index(j, c); every
+  // half-word of the BT / 2 x V words is hit once, rows j and j + 4 (j % 8 < 4) share a word.
+  constexpr int kBT = 32;
+  for (int V : {64, 128}) {
+    std::vector<int> hits(kBT * V, 0);
+    for (int j = 0; j < kBT; ++j) {
+      for (int c = 0; c < V; ++c) {
+        const int word = v_pair_word_index<kBT>(j, c);
+        ASSERT_GE(word, 0);
+        ASSERT_LT(word, kBT / 2 * V);
+        ++hits[2 * word + static_cast<int>(pair_half(j))];
+        ASSERT_EQ(pair_half(j), static_cast<uint32_t>(j % 8 >= 4)) << "j " << j;
+        if (j % 8 < 4) ASSERT_EQ(v_pair_word_index<kBT>(j + 4, c), static_cast<uint32_t>(word));
+        ASSERT_EQ(word, (c / 64) * (kBT / 2) * 64 + v_pair_word_index<kBT>(j, c % 64));
+        // The prep's 16-byte stores (four words, c % 4 = 0) stay contiguous.
+        if (c % 4 == 0) {
+          for (int k = 1; k < 4; ++k) {
+            ASSERT_EQ(v_pair_word_index<kBT>(j, c + k), static_cast<uint32_t>(word + k));
+          }
+        }
+      }
+    }
+    for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", half " << i;
+  }
+}
+
+TEST(TileImage, ScanReadsOfVPairsAreConflictFree) {
+  // scan_step's read of a 16-bit image: lane (g, t) of warp w loads the word of rows 8 nn + t and
+  // 8 nn + t + 4, column 16 w + g + 8 h.
+  constexpr int kBT = 32;
+  for (int w = 0; w < 8; ++w) {
+    for (int nn = 0; nn < kBT / 8; ++nn) {
+      for (int h = 0; h < 2; ++h) {
+        std::set<int> banks;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, t = lane % 4;
+          banks.insert(v_pair_word_index<kBT>(8 * nn + t, 16 * w + g + 8 * h) % 32);
+        }
+        EXPECT_EQ(banks.size(), 32u) << "w " << w << " nn " << nn << " h " << h;
       }
     }
   }

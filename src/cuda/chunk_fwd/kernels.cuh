@@ -9,7 +9,7 @@
 //                                   G cumsum, A_qk, A_kk, Tinv, Tinv', ke, qg, kg^T, gamma
 //                                   and a copy of v -> workspace; varlen: o = 0 on the
 //                                   padding rows
-//                                                                               grid (slots, HV)
+//                                                                  grid (slots * HV), hv fastest
 //   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, segment, V slice): h
 //                                   snapshots, v_new = Tinv' (v - ke S), o, state update,
 //                                   final state
@@ -77,8 +77,10 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   float* sBeta = smem + Tr::kOffBeta;
   float* sScr = smem + Tr::kOffScr;
 
-  const int64_t slot = blockIdx.x;
-  const int hv = static_cast<int>(blockIdx.y);
+  // Value heads vary fastest along the grid: the CTAs resident together read the same tokens' q, k,
+  // g and v rows, so their loads fall on the same DRAM pages (and share q / k rows under GQA).
+  const int hv = static_cast<int>(blockIdx.x % p.HV);
+  const int64_t slot = blockIdx.x / p.HV;
   if (p.cu_seqlens != nullptr) zero_padding_rows(p);  // before any CTA can return below
   ChunkCoord cc;
   if (!resolve_chunk(p, slot, cc)) return;            // past the last chunk (varlen grid bound)
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   write_tinv_image<Tr>(sA, sBeta, p.tinv + tile * kBT * kBT);
 
   // v's copy for the scan (independent of everything above).
-  write_v_image<Tr>(p, cc, hv, p.v_img + tile * kBT * p.V);
+  write_v_image<Tr>(p, cc, hv, tile);
 }
 
 // ---- scan: one CTA per (sequence, value head, segment, V slice) --------------------------------
@@ -251,8 +253,8 @@ cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
   const auto kernel = openkda_fwd_prep_kernel<kK, kBT>;
   const cudaError_t err = set_max_dynamic_smem_once<Tr>(kernel, static_cast<int>(Tr::kSmemBytes));
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>(p.slots), static_cast<unsigned>(p.HV));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  const int64_t ctas = p.slots * p.HV;  // blockIdx.x = slot * HV + hv
+  kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 

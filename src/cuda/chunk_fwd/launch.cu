@@ -42,6 +42,7 @@ namespace {
 
 using chunk_forward::ChunkFwdParams;
 using chunk_forward::GateMode;
+using chunk_forward::VImage;
 using LaunchFn = cudaError_t (*)(const ChunkFwdParams&, cudaStream_t);
 
 constexpr const char* kOp = "chunk_kda";
@@ -55,7 +56,8 @@ struct Dims {
   int64_t BT = chunk_forward::kKernelChunk;  // the kernels' chunk
   int64_t h_BT = 64;                         // the caller's chunk_size: h's chunk
   bool varlen = false;
-  bool h = false;  // h snapshots requested
+  bool h = false;          // h snapshots requested
+  int64_t v_img_elem = 4;  // bytes per element of the prep's copy of v: 2 for bf16 / f16 v
 };
 
 Dims dims_of(const ChunkFwdArgs& a) {
@@ -69,6 +71,7 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h_BT = a.chunk_size;
   d.varlen = a.cu_seqlens.defined();
   d.h = a.h.defined();
+  d.v_img_elem = dtype_size(a.v.dtype) == 2 ? 2 : 4;
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -160,7 +163,7 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
-  L.v_img = take(d.HV * L.slots * d.BT * d.V * int64_t{sizeof(float)});
+  L.v_img = take(d.HV * L.slots * d.BT * d.V * d.v_img_elem);
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
@@ -205,6 +208,9 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.beta = a.beta.data;
   p.qk_dtype = a.q.dtype;
   p.v_dtype = a.v.dtype;
+  p.v_img_kind = a.v.dtype == DType::kBF16  ? VImage::kBF16
+                 : a.v.dtype == DType::kF16 ? VImage::kF16
+                                            : VImage::kF32;
   p.g_dtype = a.g.dtype;
   p.beta_dtype = a.beta.dtype;
   if (a.use_gate_in_kernel) {
@@ -280,7 +286,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.kgT = reinterpret_cast<float*>(base + L.kgT);
   p.aqk = reinterpret_cast<float*>(base + L.aqk);
   p.tinv = reinterpret_cast<float*>(base + L.tinv);
-  p.v_img = reinterpret_cast<float*>(base + L.v_img);
+  p.v_img = base + L.v_img;
   p.gamma = reinterpret_cast<float*>(base + L.gamma);
   if (p.nseg > 1) {
     p.seg_state = reinterpret_cast<float*>(base + L.seg_state);
@@ -327,19 +333,15 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
   OPENKDA_RETURN_IF_ERROR(check_aligned(a.v, "v"));
   OPENKDA_RETURN_IF_ERROR(check_aligned(a.g, "g"));
   OPENKDA_RETURN_IF_ERROR(check_aligned(a.o, "o"));  // the scan's packed o stores are 8 bytes
-  if (d.HV > 65535) {
-    return not_supported("v.shape[2] (HV) = " + std::to_string(d.HV) +
-                         "; expected HV <= 65535 on CUDA");
-  }
   const WorkspaceLayout L = workspace_layout(d, device_sms());
   constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();
-  // The largest grids: the prep's chunk slots (x), the scan's N HV vsplit (vsplit <= 2; a time
+  // The largest grids: the prep's chunk slots HV, the scan's N HV vsplit (vsplit <= 2; a time
   // split only when N HV is below the multiprocessor count).
-  const int64_t scan_ctas = d.N * d.HV * 2;
-  if (L.slots > kMaxGrid || scan_ctas > kMaxGrid) {
+  const int64_t prep_ctas = L.slots * d.HV, scan_ctas = d.N * d.HV * 2;
+  if (prep_ctas > kMaxGrid || scan_ctas > kMaxGrid) {
     return not_supported("T = " + std::to_string(d.T) + ", N = " + std::to_string(d.N) +
-                         ", HV = " + std::to_string(d.HV) + ": " + std::to_string(L.slots) +
-                         " chunk slots and up to " + std::to_string(scan_ctas) +
+                         ", HV = " + std::to_string(d.HV) + ": " + std::to_string(prep_ctas) +
+                         " prep CTAs (chunk slots HV) and up to " + std::to_string(scan_ctas) +
                          " scan CTAs; expected at most 2^31 - 1 of each");
   }
   // Under the time split the last segment's CTAs write the final state while the first segment's

@@ -16,8 +16,8 @@
 namespace openkda::cuda {
 
 // What the CUDA kernels add to the core's validation (which the args must already pass): K and V
-// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g/o (32 for f64), HV <= 65535, a grid
-// that fits, and, when the scan is split in time (few state chains; segments.cuh),
+// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g/o (32 for f64), grids
+// that fit, and, when the scan is split in time (few state chains; segments.cuh),
 // final_state not sharing memory with initial_state. kNotSupported with a message naming the value
 // and the supported choices otherwise.
 Status chunk_fwd_can_implement(const ChunkFwdArgs& args);

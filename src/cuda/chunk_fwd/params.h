@@ -34,7 +34,10 @@
 //                                      the scan's v_new = Tinv' (v - ke S) is the WY form's
 //                                      u - w S (u = Tinv' v, w = Tinv' ke), whose products the
 //                                      prep no longer computes
-//   v_img         [HV, slots, V / 64, BT, 64]  the chunk's v rows in f32 (XOR-swizzled columns)
+//   v_img         the chunk's v rows (v_img_kind): f32 [HV, slots, V / 64, BT, 64] (XOR-swizzled
+//                 columns) for f32 / f64 v; for bf16 / f16 v the 16-bit values unchanged, rows j
+//                 and j + 4 in one 32-bit word: [HV, slots, V / 64, BT / 2, 64] words
+//                 (tile_image.h: v_image_index, v_pair_word_index)
 //   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)
 //   seg_state     [N, HV, nseg, K, V + K]  time split only: segment s's zero-start final state
 //                 Z_s (columns < V) and transition M_s (columns V + m), segments.cuh
@@ -53,6 +56,14 @@ enum class GateMode : int32_t {
   kSoftplus = 1,  // -exp(A_log[hv]) * softplus(g + dt_bias)
   kLowerBound =
       2,  // lower_bound * sigmoid(exp(A_log[hv]) * (g + dt_bias)); exp(A_log) -> 1 if null
+};
+
+// How the prep stores v for the scan (v_img): 16-bit inputs keep their bits (half the bytes of f32,
+// lossless), wider ones become f32.
+enum class VImage : int32_t {
+  kF32 = 0,   // f32 / f64 v
+  kBF16 = 1,  // bf16 v, row pairs
+  kF16 = 2,   // f16 v, row pairs
 };
 
 struct ChunkFwdParams {
@@ -122,7 +133,8 @@ struct ChunkFwdParams {
   float* kgT = nullptr;
   float* aqk = nullptr;
   float* tinv = nullptr;
-  float* v_img = nullptr;
+  void* v_img = nullptr;
+  VImage v_img_kind = VImage::kF32;
   float* gamma = nullptr;
   float* seg_state = nullptr;  // nseg > 1: [N, HV, nseg, K, V + K] (Z_s | M_s) of every segment
   float* seg_init = nullptr;   // nseg > 1: [N, HV, nseg, K, V] the state entering segment s >= 1

@@ -42,12 +42,14 @@
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
 // chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (one chunk), two REST
-// buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and sV [vs / 64][BT][64],
-// three mbarriers: 115 KB at K = 128, BT = 32, vs = 128 (99 KB at vs = 64: two 4-warp CTAs per
-// SM). Every tile is a bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh):
+// buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and sV [vs / 64][BT][64]
+// (f32; a 16-bit v image fills half of it), three mbarriers: 115 KB at K = 128, BT = 32, vs = 128
+// (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh):
 // both groups of the next chunk are issued at this chunk's mid-chunk barrier, its sKe / sQg while
 // this chunk finishes, its REST tiles into the other buffer.
 #pragma once
+
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -119,22 +121,23 @@ __device__ __forceinline__ void scan_load_chunk(const ChunkFwdParams& p, int64_t
   constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKe, sQg, sKgT
   constexpr uint32_t kBTBytes = sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
-  constexpr uint32_t kVBytes = sizeof(float) * Tr::kBT * kVs;
+  const uint32_t v_elem = p.v_img_kind == VImage::kF32 ? 4 : 2;  // bytes per element of v_img
   const int64_t at = tile * Tr::kBT * Tr::kK, at_bt = tile * Tr::kBT * Tr::kBT;
   mbarrier_expect_tx(bar_wq, Tr::kTransition ? kKBytes : 2 * kKBytes);
   bulk_load(smem_address(smem + Tr::kOffKe), p.ke + at, kKBytes, bar_wq);
   if constexpr (!Tr::kTransition)
     bulk_load(smem_address(smem + Tr::kOffQg), p.qg + at, kKBytes, bar_wq);
   mbarrier_expect_tx(bar_rest, (Tr::kTransition ? 1 : 2) * kBTBytes + kKBytes + kGammaBytes +
-                                   (with_v ? kVBytes : 0));
+                                   (with_v ? v_elem * Tr::kBT * kVs : 0));
   if constexpr (!Tr::kTransition)
     bulk_load(smem_address(rest + Tr::kRestA), p.aqk + at_bt, kBTBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestTinv), p.tinv + at_bt, kBTBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestKgT), p.kgT + at, kKBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar_rest);
   if (with_v) {
-    bulk_load(smem_address(rest + Tr::kRestV), p.v_img + tile * Tr::kBT * p.V + Tr::kBT * v0,
-              kVBytes, bar_rest);
+    bulk_load(smem_address(rest + Tr::kRestV),
+              static_cast<const char*>(p.v_img) + v_elem * (tile * Tr::kBT * p.V + Tr::kBT * v0),
+              v_elem * Tr::kBT * kVs, bar_rest);
   }
 }
 
@@ -198,6 +201,39 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
   }
 }
 
+// This thread's values of the chunk's v (x's fragment layout: tile nn, register e is chunk row
+// 8 nn + t + 4 (e % 2), value column vl + 8 (e / 2)) from the REST buffer's v image `sV` of either
+// kind (params.h: VImage); a 16-bit image gives both rows of a column in one 32-bit read.
+template <class Tr>
+__device__ __forceinline__ void read_v_fragment(VImage kind, const unsigned char* sV, int vl, int t,
+                                                float (&v)[Tr::kBT / 8][4]) {
+  constexpr int kNJ = Tr::kBT / 8;
+  if (kind == VImage::kF32) {
+    const float* f = reinterpret_cast<const float*>(sV);
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        v[nn][e] = f[v_image_index<Tr::kBT>(8 * nn + t + 4 * (e % 2), vl + 8 * (e / 2))];
+    return;
+  }
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(sV);
+#pragma unroll
+  for (int nn = 0; nn < kNJ; ++nn)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t x = w[v_pair_word_index<Tr::kBT>(8 * nn + t, vl + 8 * h)];
+      if (kind == VImage::kBF16) {
+        v[nn][2 * h] = __uint_as_float(x << 16);
+        v[nn][2 * h + 1] = __uint_as_float(x & 0xffff0000u);
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&x));
+        v[nn][2 * h] = f.x;
+        v[nn][2 * h + 1] = f.y;
+      }
+    }
+}
+
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
 // i < nv are written. On entry sKe and sQg hold the chunk's tiles (the caller waited on their bulk
 // copies' mbarrier); `mid()` is called by every thread right after the last read of sKe / sQg and
@@ -218,7 +254,6 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   const uint64_t dTinv = wgmma_desc_base(smem_address(rest + Tr::kRestTinv));
   const uint64_t dKgT = wgmma_desc_base(smem_address(rest + Tr::kRestKgT));
   const float* sGamma = reinterpret_cast<const float*>(rest + Tr::kRestGamma);
-  const float* sV = reinterpret_cast<const float*>(rest + Tr::kRestV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
 
@@ -263,15 +298,21 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   // R^T = v^T - X^T (rows past the chunk: 0, whatever X holds there; the row test only runs in
   // tail chunks, nv is block-uniform), then v_new^T = R^T Tinv'^T: u - w S in one BT x BT product
   // (Tinv' is exactly 0 above the diagonal, so row i of v_new sums rows j <= i only).
+  float v[kNJ][4];
+  if (m_part) {
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[nn][e] = 0.0f;
+  } else {
+    read_v_fragment<Tr>(p.v_img_kind, rest + Tr::kRestV, vl, t, v);
+  }
   uint32_t ra[kNJ][4];
 #pragma unroll
   for (int nn = 0; nn < kNJ; ++nn) {
     float r[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int j = 8 * nn + t + 4 * (e % 2);
-      r[e] = m_part ? -x[nn][e] : sV[v_image_index<Tr::kBT>(j, vl + 8 * (e / 2))] - x[nn][e];
-    }
+    for (int e = 0; e < 4; ++e) r[e] = v[nn][e] - x[nn][e];
     if (nv < Tr::kBT) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {

@@ -107,7 +107,8 @@ struct ScanTraits {
   //     [kBT][kBT] tf32 (Tinv' = Tinv diag(beta), the B operand of v_new^T = R^T Tinv'^T; the same
   //     layout), sKgT [kK][kBT] tf32 (the state update's B operand, kg^T: N = d, K-major along the
   //     chunk rows j; swizzled, rows d in pair order), sGamma [kK], sV [vs / 64][kBT][64] (the
-  //     prep's f32 v image: XOR-swizzled columns, conflict-free reads without padding).
+  //     prep's v image, f32, or kBT / 2 word rows of 16-bit row pairs in the first half:
+  //     XOR-swizzled columns, conflict-free reads without padding).
   //   bar [3] at bar_offset(vs): the mbarriers of the bulk copies of WQ, REST buffer 0 and REST
   //     buffer 1 (kernels.cuh).
   static constexpr int kOffKe = 0;
