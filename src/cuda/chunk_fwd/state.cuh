@@ -44,9 +44,9 @@
 // chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (one chunk), two REST
 // buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and sV [vs / 64][BT][64]
 // (f32; a 16-bit v image fills half of it), three mbarriers: 115 KB at K = 128, BT = 32, vs = 128
-// (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh):
-// both groups of the next chunk are issued at this chunk's mid-chunk barrier, its sKe / sQg while
-// this chunk finishes, its REST tiles into the other buffer.
+// (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a bulk copy of the prep's image of it
+// (tile_image.h). Pipeline (kernels.cuh): both groups of the next chunk are issued at this chunk's
+// mid-chunk barrier, its sKe / sQg while this chunk finishes, its REST tiles into the other buffer.
 #pragma once
 
 #include <cuda_fp16.h>
