@@ -7,6 +7,7 @@
 // banks per warp.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -94,20 +95,28 @@ TEST(TileImage, VImageIsABijectionOfSlices) {
   }
 }
 
+// The 4-byte banks (of 32) that one warp's read hits: lane (g = lane / 4, t = lane % 4) reads the
+// word at index(g, t).
+template <class Index>
+size_t warp_banks(Index index) {
+  std::set<int> banks;
+  for (int lane = 0; lane < 32; ++lane)
+    banks.insert(static_cast<int>(index(lane / 4, lane % 4)) % 32);
+  return banks.size();
+}
+
 TEST(TileImage, ScanReadsOfVAreConflictFree) {
-  // scan_step's read: lane (g = lane / 4, t = lane % 4) of warp w loads row j = 8 nn + t + 4 s and
-  // column 16 w + g + 8 h (s, h in {0, 1}); 32 banks of 4 bytes.
+  // scan_step's read: lane (g, t) of warp w loads row j = 8 nn + t + 4 s and column 16 w + g + 8 h
+  // (s, h in {0, 1}).
   constexpr int kBT = 32;
   for (int w = 0; w < 8; ++w) {
     for (int nn = 0; nn < kBT / 8; ++nn) {
       for (int s = 0; s < 2; ++s) {
         for (int h = 0; h < 2; ++h) {
-          std::set<int> banks;
-          for (int lane = 0; lane < 32; ++lane) {
-            const int g = lane / 4, t = lane % 4;
-            banks.insert(v_image_index<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) % 32);
-          }
-          EXPECT_EQ(banks.size(), 32u) << "w " << w << " nn " << nn << " s " << s << " h " << h;
+          const size_t banks = warp_banks([&](int g, int t) {
+            return v_image_index<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h);
+          });
+          EXPECT_EQ(banks, 32u) << "w " << w << " nn " << nn << " s " << s << " h " << h;
         }
       }
     }
@@ -127,7 +136,9 @@ TEST(TileImage, VPairImageIsABijectionOfHalfWords) {
         ASSERT_LT(word, kBT / 2 * V);
         ++hits[2 * word + static_cast<int>(pair_half(j))];
         ASSERT_EQ(pair_half(j), static_cast<uint32_t>(j % 8 >= 4)) << "j " << j;
-        if (j % 8 < 4) ASSERT_EQ(v_pair_word_index<kBT>(j + 4, c), static_cast<uint32_t>(word));
+        if (j % 8 < 4) {
+          ASSERT_EQ(v_pair_word_index<kBT>(j + 4, c), static_cast<uint32_t>(word));
+        }
         ASSERT_EQ(word, (c / 64) * (kBT / 2) * 64 + v_pair_word_index<kBT>(j, c % 64));
         // The prep's 16-byte stores (four words, c % 4 = 0) stay contiguous.
         if (c % 4 == 0) {
@@ -148,12 +159,9 @@ TEST(TileImage, ScanReadsOfVPairsAreConflictFree) {
   for (int w = 0; w < 8; ++w) {
     for (int nn = 0; nn < kBT / 8; ++nn) {
       for (int h = 0; h < 2; ++h) {
-        std::set<int> banks;
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane / 4, t = lane % 4;
-          banks.insert(v_pair_word_index<kBT>(8 * nn + t, 16 * w + g + 8 * h) % 32);
-        }
-        EXPECT_EQ(banks.size(), 32u) << "w " << w << " nn " << nn << " h " << h;
+        const size_t banks = warp_banks(
+            [&](int g, int t) { return v_pair_word_index<kBT>(8 * nn + t, 16 * w + g + 8 * h); });
+        EXPECT_EQ(banks, 32u) << "w " << w << " nn " << nn << " h " << h;
       }
     }
   }
