@@ -72,26 +72,35 @@ TEST(TileImage, SwizzledTilesAreBijectionsInPairOrder) {
   check_pair_image<128>(32);  // kg^T at K = 128
 }
 
+// The checks both v images share, over every element (j, c) of a kBT x V image: word(j, c) is its
+// 4-byte word, slot(j, c) its element slot, and every slot is hit once (a bijection onto the tile);
+// a 4-warp scan CTA copies the 64-column slice of its v0 alone, so a slice (slice_words words) is
+// one contiguous block that indexes the same way from its own start; the prep's 16-byte stores
+// (four words from c % 4 = 0) stay contiguous.
+template <class Word, class Slot>
+void check_v_image(int kBT, int V, int slice_words, Word word, Slot slot) {
+  std::vector<int> hits(kBT * V, 0);
+  for (int j = 0; j < kBT; ++j) {
+    for (int c = 0; c < V; ++c) {
+      const int at = static_cast<int>(slot(j, c));
+      ASSERT_GE(at, 0);
+      ASSERT_LT(at, kBT * V);
+      ++hits[at];
+      const uint32_t w = word(j, c);
+      ASSERT_EQ(w, (c / 64) * slice_words + word(j, c % 64)) << "j " << j << ", c " << c;
+      if (c % 4 == 0) {
+        for (int k = 1; k < 4; ++k) ASSERT_EQ(word(j, c + k), w + k) << "j " << j << ", c " << c;
+      }
+    }
+  }
+  for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", slot " << i;
+}
+
 TEST(TileImage, VImageIsABijectionOfSlices) {
   constexpr int kBT = 32;
   for (int V : {64, 128}) {
-    std::vector<int> hits(kBT * V, 0);
-    for (int j = 0; j < kBT; ++j) {
-      for (int c = 0; c < V; ++c) {
-        const int at = v_image_index<kBT>(j, c);
-        ASSERT_GE(at, 0);
-        ASSERT_LT(at, kBT * V);
-        ++hits[at];
-        // A 4-warp scan CTA copies the 64-column slice of its v0 alone: the slice is one
-        // contiguous block and indexes the same way from its own start.
-        ASSERT_EQ(at, (c / 64) * kBT * 64 + v_image_index<kBT>(j, c % 64));
-        // The prep's float4 stores (c % 4 = 0) stay contiguous.
-        if (c % 4 == 0) {
-          for (int k = 1; k < 4; ++k) ASSERT_EQ(v_image_index<kBT>(j, c + k), at + k);
-        }
-      }
-    }
-    for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", index " << i;
+    const auto index = [](int j, int c) { return v_image_index<kBT>(j, c); };
+    check_v_image(kBT, V, kBT * 64, index, index);
   }
 }
 
@@ -124,31 +133,21 @@ TEST(TileImage, ScanReadsOfVAreConflictFree) {
 }
 
 TEST(TileImage, VPairImageIsABijectionOfHalfWords) {
-  // The 16-bit image: element (j, c) is half pair_half(j) of word v_pair_word_index(j, c); every
-  // half-word of the BT / 2 x V words is hit once, rows j and j + 4 (j % 8 < 4) share a word.
+  // The 16-bit image: element (j, c) is half pair_half(j) of word v_pair_word_index(j, c); rows j
+  // and j + 4 (j % 8 < 4) share a word, j in the low half.
   constexpr int kBT = 32;
-  for (int V : {64, 128}) {
-    std::vector<int> hits(kBT * V, 0);
-    for (int j = 0; j < kBT; ++j) {
-      for (int c = 0; c < V; ++c) {
-        const int word = v_pair_word_index<kBT>(j, c);
-        ASSERT_GE(word, 0);
-        ASSERT_LT(word, kBT / 2 * V);
-        ++hits[2 * word + static_cast<int>(pair_half(j))];
-        ASSERT_EQ(pair_half(j), static_cast<uint32_t>(j % 8 >= 4)) << "j " << j;
-        if (j % 8 < 4) {
-          ASSERT_EQ(v_pair_word_index<kBT>(j + 4, c), static_cast<uint32_t>(word));
-        }
-        ASSERT_EQ(word, (c / 64) * (kBT / 2) * 64 + v_pair_word_index<kBT>(j, c % 64));
-        // The prep's 16-byte stores (four words, c % 4 = 0) stay contiguous.
-        if (c % 4 == 0) {
-          for (int k = 1; k < 4; ++k) {
-            ASSERT_EQ(v_pair_word_index<kBT>(j, c + k), static_cast<uint32_t>(word + k));
-          }
-        }
+  for (int j = 0; j < kBT; ++j) {
+    ASSERT_EQ(pair_half(j), static_cast<uint32_t>(j % 8 >= 4)) << "j " << j;
+    if (j % 8 < 4) {
+      for (int c = 0; c < 128; ++c) {
+        ASSERT_EQ(v_pair_word_index<kBT>(j + 4, c), v_pair_word_index<kBT>(j, c)) << "j " << j;
       }
     }
-    for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", half " << i;
+  }
+  for (int V : {64, 128}) {
+    check_v_image(
+        kBT, V, kBT / 2 * 64, [](int j, int c) { return v_pair_word_index<kBT>(j, c); },
+        [](int j, int c) { return 2 * v_pair_word_index<kBT>(j, c) + pair_half(j); });
   }
 }
 

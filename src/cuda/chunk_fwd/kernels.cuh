@@ -26,7 +26,8 @@
 //
 // Precision map (README.md in this folder has the whole of it): inputs are read in their dtype
 // and converted to f32; every intermediate (G, A_qk, A_kk, Tinv, Tinv', ke, qg, kg, R, v_new, the
-// state) is f32 in shared memory, registers and the workspace; products are tf32 tensor-core mma /
+// state) is f32 in shared memory, registers and the workspace (a bf16 / f16 v's copy keeps its 16
+// bits, widened exactly in the scan); products are tf32 tensor-core mma /
 // wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits, except the scan's
 // S^T operand of X^T and O^T, which the tensor core truncates: state.cuh); exp2 factors
 // that become tf32 operands use ex2.approx (exp2_operand), the lower-bound gate sigmoid_fast,

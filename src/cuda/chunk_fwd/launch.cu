@@ -56,8 +56,11 @@ struct Dims {
   int64_t BT = chunk_forward::kKernelChunk;  // the kernels' chunk
   int64_t h_BT = 64;                         // the caller's chunk_size: h's chunk
   bool varlen = false;
-  bool h = false;          // h snapshots requested
-  int64_t v_img_elem = 4;  // bytes per element of the prep's copy of v: 2 for bf16 / f16 v
+  bool h = false;               // h snapshots requested
+  VImage v_img = VImage::kF32;  // the prep's copy of v (params.h)
+  int64_t v_img_elem() const {  // its bytes per element
+    return v_img == VImage::kF32 ? 4 : 2;
+  }
 };
 
 Dims dims_of(const ChunkFwdArgs& a) {
@@ -71,7 +74,9 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h_BT = a.chunk_size;
   d.varlen = a.cu_seqlens.defined();
   d.h = a.h.defined();
-  d.v_img_elem = dtype_size(a.v.dtype) == 2 ? 2 : 4;
+  d.v_img = a.v.dtype == DType::kBF16  ? VImage::kBF16
+            : a.v.dtype == DType::kF16 ? VImage::kF16
+                                       : VImage::kF32;
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -163,7 +168,7 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
-  L.v_img = take(d.HV * L.slots * d.BT * d.V * d.v_img_elem);
+  L.v_img = take(d.HV * L.slots * d.BT * d.V * d.v_img_elem());
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
@@ -208,9 +213,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.beta = a.beta.data;
   p.qk_dtype = a.q.dtype;
   p.v_dtype = a.v.dtype;
-  p.v_img_kind = a.v.dtype == DType::kBF16  ? VImage::kBF16
-                 : a.v.dtype == DType::kF16 ? VImage::kF16
-                                            : VImage::kF32;
+  p.v_img_kind = d.v_img;
   p.g_dtype = a.g.dtype;
   p.beta_dtype = a.beta.dtype;
   if (a.use_gate_in_kernel) {

@@ -30,15 +30,13 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 }
 
 // x as a stored tf32 operand: the bits of to_tf32(x) kept in an f32 slot. Tiles whose every reader
-// is a tensor-core operand (mma.sync here, wgmma in the scan) are stored this way, once per element
-// by their producer, and their readers pass the bits on (tf32_bits) instead of converting at every
-// use: the same operand, bit for bit. The low 13 bits are not cleared (the tensor cores ignore
-// them), so the f32 value is within half a tf32 ulp of the operand: never read it as an f32.
+// is a tensor-core operand (the scan's wgmma B tiles) are stored this way, once per element by
+// their producer, and their reader passes the bits on (a bulk copy into shared memory) instead of
+// converting at every use: the same operand, bit for bit. The low 13 bits are not cleared (the
+// tensor cores ignore them), so the f32 value is within half a tf32 ulp of the operand: never read
+// it as an f32.
 __device__ __forceinline__ float tf32_operand(float x) {
   return __uint_as_float(to_tf32(x));
-}
-__device__ __forceinline__ uint32_t tf32_bits(float x_operand) {
-  return __float_as_uint(x_operand);
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -60,14 +58,6 @@ __device__ __forceinline__ void a_from_acc(const float (&c)[4], uint32_t (&a)[4]
   a[1] = op(c[2]);
   a[2] = op(c[1]);
   a[3] = op(c[3]);
-}
-
-// A operand (paired k order) from two float2 reads of rows g and g + 8 at columns (2t, 2t + 1).
-__device__ __forceinline__ void a_from_pairs(float2 row_g, float2 row_g8, uint32_t (&a)[4]) {
-  a[0] = to_tf32(row_g.x);
-  a[1] = to_tf32(row_g8.x);
-  a[2] = to_tf32(row_g.y);
-  a[3] = to_tf32(row_g8.y);
 }
 
 // Sum over the 32 lanes; every lane gets the bitwise same value (each butterfly step adds the

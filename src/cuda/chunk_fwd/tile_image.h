@@ -9,7 +9,7 @@
 //   A_qk    [BT][BT]  the B operand of O^T += v_new^T A_qk^T: the same layout with BT columns
 //   Tinv'   [BT][BT]  the B operand of v_new^T = R^T Tinv'^T: the same layout
 //   kg^T    [K][BT]   the B operand of the state update: the same layout, rows d in pair order
-//   v       [V / 64][BT][64]  the chunk's v rows in f32, in slices of 64 value columns (a 4-warp
+//   v       [V / 64][BT][64]  f32 / f64 v: its rows in f32, in slices of 64 value columns (a 4-warp
 //                     scan CTA copies one slice, an 8-warp one two); within a row, column c at
 //                     c ^ (8 (j % 4)): the scan reads (row j = 8 nn + t + 4 (e % 2), column
 //                     16 w + g + 8 h), so the XOR by 8 t puts the 32 lanes of a warp on 32
