@@ -19,7 +19,7 @@
 //                                                                grid (N * HV * nseg * (V + K) /
 //                                                                64)
 //     openkda_fwd_segment_combine_kernel        per chain: the state entering every segment
-//                                                                grid (N * HV, V / 32)
+//                                                                grid (N * HV, V / 16)
 //
 // All of them run on the caller's stream in this order; nothing synchronises the host. No atomics:
 // every reduction has a fixed order, so results are bitwise reproducible.
@@ -171,55 +171,68 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     load_state<kK>(p.seg_init, DType::kF32, seg_index * head_state, p.V, false, vcol, s);
   }
 
-  // Pipeline over the chunks, two groups of bulk copies per chunk c, each issued by thread 0:
-  //   WQ(c)   sKe, sQg                     one buffer, on bar_wq (phase c - c_begin)
-  //   REST(c) sA, sTinv, sKgT, sGamma, sV  REST buffer b = (c - c_begin) % 2, on bar_rest(b)
-  //                                        (phase (c - c_begin) / 2)
-  // Both groups of chunk c + 1 are issued right after chunk c's mid-chunk block barrier: every
-  // warp is then done with sKe / sQg of chunk c and, having finished chunk c - 1, with REST
-  // buffer 1 - b (write-after-read); that barrier is the only one per chunk. A thread waits on
-  // the phase parity of a group before its first read of it (the engine's writes are then
-  // visible to it and to its wgmma): WQ(c) at the top of chunk c, REST(c) in the mid-chunk hook.
-  // Nothing is in flight at exit.
+  // Pipeline over the chunks, two groups of bulk copies per chunk c (k = c - c_begin), each issued
+  // by thread 0:
+  //   WQ(c)   sKe, sQg                     WQ buffer w = k % kWq (kWq = Tr::wq_buffers: 1 or 2),
+  //                                        on bar_wq(w) (phase k / kWq)
+  //   REST(c) sA, sTinv, sKgT, sGamma, sV  REST buffer b = k % 2, on bar_rest(b) (phase k / 2)
+  // The prologue issues WQ(0 .. kWq - 1) and REST(0). Right after chunk c's mid-chunk block
+  // barrier every warp is done with WQ buffer w (chunk c's sKe / sQg) and, having finished chunk
+  // c - 1, with REST buffer 1 - b (write-after-read), so thread 0 then issues REST(c + 1) and
+  // WQ(c + kWq) into them, the one read first first; that barrier is the only one per chunk. A
+  // thread waits on the phase parity of a group before its first read of it (the engine's writes
+  // are then visible to it and to its wgmma): WQ(c) at the top of chunk c, REST(c) in the
+  // mid-chunk hook. Nothing is in flight at exit.
   constexpr int kVs = 16 * kWarps;
-  const uint32_t bar_wq = smem_address(smem + Tr::bar_offset(kVs));
+  constexpr int kWq = Tr::wq_buffers(kVs);
+  const uint32_t bar0 = smem_address(smem + Tr::bar_offset(kVs));
   const bool with_v = !m_part;
-  const auto bar_rest = [&](int b) { return bar_wq + 8 * (b + 1); };
+  const auto bar_wq = [&](int b) { return bar0 + 8 * b; };
+  const auto bar_rest = [&](int b) { return bar0 + 8 * (2 + b); };
   if (threadIdx.x == 0) {
-    mbarrier_init(bar_wq, 1);
-    mbarrier_init(bar_rest(0), 1);
-    mbarrier_init(bar_rest(1), 1);
+    for (int b = 0; b < 2; ++b) {
+      mbarrier_init(bar_wq(b), 1);
+      mbarrier_init(bar_rest(b), 1);
+    }
     fence_mbarrier_init();
   }
   __syncthreads();  // the initialised barriers, before any thread issues or waits
 
   // k: chunks since c_begin (an int: chunk_fwd_can_implement bounds the slots by 2^31 - 1).
   const int nk = static_cast<int>(c_end - c_begin);
+  const int64_t tile0 = int64_t{hv} * p.slots + first_chunk + c_begin;
+  if (threadIdx.x == 0 && nk > 0) {  // the prologue
+    for (int k = 0; k < kWq && k < nk; ++k)
+      scan_load_wq<Tr>(p, tile0 + k, smem + Tr::wq_offset(k), bar_wq(k));
+    scan_load_rest<Tr, kVs>(p, tile0, v0, with_v, smem + Tr::rest_offset(0, kVs), bar_rest(0));
+  }
   for (int k = 0; k < nk; ++k) {
     const int64_t c = c_begin + k;
     const int64_t t0 = span.bos + c * kBT;
     const int nv = static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
-    const int64_t tile = int64_t{hv} * p.slots + first_chunk + c;
-    const bool has_next = k + 1 < nk;
-    const int b = k & 1;
-    const int rest_off = Tr::rest_offset(b, kVs);
-    if (k == 0 && threadIdx.x == 0) {  // the prologue: chunk c_begin's two groups
-      scan_load_chunk<Tr, kVs>(p, tile, v0, with_v, smem, smem + rest_off, bar_wq, bar_rest(b));
-    }
+    const int64_t tile = tile0 + k;
+    const int b = k & 1, w = k % kWq;
     if (!kTransition && p.h != nullptr && c % p.h_every == 0) {  // a snapshot chunk
       const int64_t row = h_base + c / p.h_every;
       if (row < p.h_chunks)
         store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
-    mbarrier_wait(bar_wq, static_cast<uint32_t>(k & 1));  // WQ(c)
-    scan_step<Tr, kVs>(p, hv, t0, nv, v0, m_part, smem, rest_off, s, [&]() {
-      __syncthreads();  // sKe / sQg of chunk c and REST buffer 1 - b are free (see above)
-      if (has_next && threadIdx.x == 0) {
-        scan_load_chunk<Tr, kVs>(p, tile + 1, v0, with_v, smem, smem + Tr::rest_offset(1 - b, kVs),
-                                 bar_wq, bar_rest(1 - b));
-      }
-      mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k >> 1) & 1));  // REST(c)
-    });
+    mbarrier_wait(bar_wq(w), static_cast<uint32_t>((k / kWq) & 1));  // WQ(c)
+    scan_step<Tr, kVs>(
+        p, hv, t0, nv, v0, m_part, smem, Tr::wq_offset(w), Tr::rest_offset(b, kVs), s, [&]() {
+          __syncthreads();  // WQ buffer w and REST buffer 1 - b are free (see above)
+          if (threadIdx.x == 0) {
+            // In the order of their first reads: with one WQ buffer WQ(c + 1) (top of chunk c + 1)
+            // before REST(c + 1) (its middle), with two REST(c + 1) before WQ(c + 2).
+            const bool wq = k + kWq < nk, rest = k + 1 < nk;
+            if (kWq == 1 && wq) scan_load_wq<Tr>(p, tile + 1, smem + Tr::wq_offset(0), bar_wq(0));
+            if (rest)
+              scan_load_rest<Tr, kVs>(p, tile + 1, v0, with_v, smem + Tr::rest_offset(1 - b, kVs),
+                                      bar_rest(1 - b));
+            if (kWq == 2 && wq) scan_load_wq<Tr>(p, tile + 2, smem + Tr::wq_offset(w), bar_wq(w));
+          }
+          mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k >> 1) & 1));  // REST(c)
+        });
   }
   if constexpr (kTransition) {
     store_state<kK>(p.seg_state, DType::kF32, seg_index * kK * int64_t{p.V + kK}, p.V + kK, false,

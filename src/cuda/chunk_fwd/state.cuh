@@ -41,12 +41,13 @@
 //
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
-// chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (one chunk), two REST
-// buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and sV [vs / 64][BT][64]
-// (f32; a 16-bit v image fills half of it), three mbarriers: 115 KB at K = 128, BT = 32, vs = 128
-// (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a bulk copy of the prep's image of it
-// (tile_image.h). Pipeline (kernels.cuh): both groups of the next chunk are issued at this chunk's
-// mid-chunk barrier, its sKe / sQg while this chunk finishes, its REST tiles into the other buffer.
+// chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (two chunks' buffers at
+// vs = 128, one at vs = 64), two REST buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled,
+// sGamma [K] and sV [vs / 64][BT][64] (f32; a 16-bit v image fills half of it), four mbarriers:
+// 147 KB at K = 128, BT = 32, vs = 128 (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a
+// bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh): at this chunk's
+// mid-chunk barrier the next chunk's REST tiles go into the other REST buffer, and the sKe / sQg
+// of the chunk after the next (vs = 128) or of the next (vs = 64) into the WQ buffer just read.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -105,28 +106,35 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
 
 // The bulk copies of one chunk's tiles, by one thread, in two groups, each completing on its
 // mbarrier (kernels.cuh has the pipeline):
-//   WQ    sKe, sQg                      on bar_wq: read only by the first products of scan_step
-//   REST  sA, sTinv, sKgT, sGamma, sV   into the REST buffer at `rest`, on bar_rest: read only
-//                                       after scan_step's mid-chunk hook
+//   scan_load_wq    sKe, sQg into the WQ buffer at `wq`, on bar_wq: read only by the first
+//                   products of scan_step
+//   scan_load_rest  sA, sTinv, sKgT, sGamma, sV into the REST buffer at `rest`, on bar_rest: read
+//                   only after scan_step's mid-chunk hook
 // Each source is the prep's image of the whole tile (tile_image.h): the copy lands as the
 // swizzled, pair-ordered wgmma operand (sKe, sQg, sA, sTinv: physical row p holds chunk row
 // scan_row(p); sKgT: d = scan_row(p)) or as the XOR-swizzled sV slices (kVs value columns from
 // v0), with the prep's rows past the chunk. with_v = false (the transition pass's M columns,
 // whose v is 0) leaves sV unloaded.
+template <class Tr>
+__device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int64_t tile,
+                                             unsigned char* wq, uint32_t bar_wq) {
+  constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKe, sQg
+  const int64_t at = tile * Tr::kBT * Tr::kK;
+  mbarrier_expect_tx(bar_wq, Tr::kTransition ? kKBytes : 2 * kKBytes);
+  bulk_load(smem_address(wq + Tr::kOffKe), p.ke + at, kKBytes, bar_wq);
+  if constexpr (!Tr::kTransition)
+    bulk_load(smem_address(wq + Tr::kOffQg), p.qg + at, kKBytes, bar_wq);
+}
+
 template <class Tr, int kVs>
-__device__ __forceinline__ void scan_load_chunk(const ChunkFwdParams& p, int64_t tile, int v0,
-                                                bool with_v, unsigned char* smem,
-                                                unsigned char* rest, uint32_t bar_wq,
-                                                uint32_t bar_rest) {
-  constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKe, sQg, sKgT
+__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t tile, int v0,
+                                               bool with_v, unsigned char* rest,
+                                               uint32_t bar_rest) {
+  constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKgT
   constexpr uint32_t kBTBytes = sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
   const uint32_t v_elem = p.v_img_kind == VImage::kF32 ? 4 : 2;  // bytes per element of v_img
   const int64_t at = tile * Tr::kBT * Tr::kK, at_bt = tile * Tr::kBT * Tr::kBT;
-  mbarrier_expect_tx(bar_wq, Tr::kTransition ? kKBytes : 2 * kKBytes);
-  bulk_load(smem_address(smem + Tr::kOffKe), p.ke + at, kKBytes, bar_wq);
-  if constexpr (!Tr::kTransition)
-    bulk_load(smem_address(smem + Tr::kOffQg), p.qg + at, kKBytes, bar_wq);
   mbarrier_expect_tx(bar_rest, (Tr::kTransition ? 1 : 2) * kBTBytes + kKBytes + kGammaBytes +
                                    (with_v ? v_elem * Tr::kBT * kVs : 0));
   if constexpr (!Tr::kTransition)
@@ -235,20 +243,22 @@ __device__ __forceinline__ void read_v_fragment(VImage kind, const unsigned char
 }
 
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
-// i < nv are written. On entry sKe and sQg hold the chunk's tiles (the caller waited on their bulk
-// copies' mbarrier); `mid()` is called by every thread right after the last read of sKe / sQg and
-// must return with sA, sTinv, sKgT, sGamma and sV of the chunk visible in the REST buffer at byte
-// `rest_off` the same way (the kernel's pipeline: it refills sKe / sQg and the other REST buffer
-// with the next chunk there). The transition pass (Tr::kTransition, segments.cuh) computes only
-// X^T, v_new and the state update, with v = 0 on the M columns (m_part) and no o.
+// i < nv are written. On entry sKe and sQg (the WQ buffer at byte `wq_off`) hold the chunk's tiles
+// (the caller waited on their bulk copies' mbarrier); `mid()` is called by every thread right after
+// the last read of sKe / sQg and must return with sA, sTinv, sKgT, sGamma and sV of the chunk
+// visible in the REST buffer at byte `rest_off` the same way (the kernel's pipeline: it refills
+// that WQ buffer and the other REST buffer there). The transition pass (Tr::kTransition,
+// segments.cuh) computes only X^T, v_new and the state update, with v = 0 on the M columns
+// (m_part) and no o.
 template <class Tr, int kVs, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
                                           int v0, bool m_part, const unsigned char* smem,
-                                          int rest_off, float (&s)[Tr::kK / 8][4], Mid&& mid) {
+                                          int wq_off, int rest_off, float (&s)[Tr::kK / 8][4],
+                                          Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
-  const uint64_t dKe = wgmma_desc_base(smem_address(smem + Tr::kOffKe));
-  const uint64_t dQg = wgmma_desc_base(smem_address(smem + Tr::kOffQg));
+  const uint64_t dKe = wgmma_desc_base(smem_address(smem + wq_off + Tr::kOffKe));
+  const uint64_t dQg = wgmma_desc_base(smem_address(smem + wq_off + Tr::kOffQg));
   const unsigned char* rest = smem + rest_off;
   const uint64_t dA = wgmma_desc_base(smem_address(rest + Tr::kRestA));
   const uint64_t dTinv = wgmma_desc_base(smem_address(rest + Tr::kRestTinv));

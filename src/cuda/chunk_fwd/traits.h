@@ -98,9 +98,10 @@ struct ScanTraits {
   static constexpr int kWarpRows = 16;  // value columns (rows of S^T) per warp
 
   // ---- shared memory plan (bytes from a 1024-byte aligned base) ----
-  //   WQ tiles (one chunk): sKe, sQg [kBT][kK] tf32: wgmma B operands, 128-byte swizzled K-major
-  //     (wgmma.cuh), rows in the pair order of scan_row (tile_image.h); 1024-byte aligned. sQg is
-  //     empty in the transition pass.
+  //   wq_buffers(vs) WQ buffers (chunks c_begin + k with k % wq_buffers in buffer k %
+  //     wq_buffers; each kWqBytes, 1024-byte aligned at wq_offset(buffer)): sKe, sQg [kBT][kK]
+  //     tf32: wgmma B operands, 128-byte swizzled K-major (wgmma.cuh), rows in the pair order of
+  //     scan_row (tile_image.h). sQg is empty in the transition pass.
   //   two REST buffers (chunks of even and odd index from the segment's first; kRest* are byte
   //     offsets within a buffer, which starts 1024-byte aligned at rest_offset(buffer, vs)):
   //     sA [kBT][kBT] tf32 (A_qk; swizzled, pair order; empty in the transition pass), sTinv
@@ -109,11 +110,13 @@ struct ScanTraits {
   //     chunk rows j; swizzled, rows d in pair order), sGamma [kK], sV [vs / 64][kBT][64] (the
   //     prep's v image, f32, or kBT / 2 word rows of 16-bit row pairs in the first half:
   //     XOR-swizzled columns, conflict-free reads without padding).
-  //   bar [3] at bar_offset(vs): the mbarriers of the bulk copies of WQ, REST buffer 0 and REST
-  //     buffer 1 (kernels.cuh).
-  static constexpr int kOffKe = 0;
+  //   bar [4] at bar_offset(vs): the mbarriers of the bulk copies into WQ buffers 0 and 1 and
+  //     REST buffers 0 and 1 (kernels.cuh; WQ buffer 1's is unused with one WQ buffer).
+  // Sizes at K = 128: 147 KB at vs = 128 (two WQ buffers), 99 KB for the 4-warp output CTA (one),
+  // 91 KB for the transition CTA (two WQ buffers of sKe alone).
+  static constexpr int kOffKe = 0;  // within a WQ buffer
   static constexpr int kOffQg = kOffKe + kBT * kK * 4;
-  static constexpr int kOffRest = kOffQg + (kTransition ? 0 : kBT * kK * 4);
+  static constexpr int kWqBytes = kOffQg + (kTransition ? 0 : kBT * kK * 4);
   static constexpr int kRestA = 0;
   static constexpr int kRestTinv = kRestA + (kTransition ? 0 : kBT * kBT * 4);
   static constexpr int kRestKgT = kRestTinv + kBT * kBT * 4;
@@ -121,20 +124,29 @@ struct ScanTraits {
   static constexpr int kRestV = kRestGamma + kK * 4;
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 
+  // WQ buffers: two where shared memory allows (the 8-warp CTA, one per SM; the transition pass,
+  // whose WQ is sKe alone), so that chunk c + 2's sKe / sQg copies start at chunk c's mid-chunk
+  // barrier, 1.5 chunks before their first read instead of 0.5 (scan -2 to -3 % in a development
+  // A/B, chunk_fwd README); one for the 4-warp output CTA, which must fit twice per SM.
+  OPENKDA_HOST_DEVICE static constexpr int wq_buffers(int vs) {
+    return (kTransition || vs == 128) ? 2 : 1;
+  }
+  OPENKDA_HOST_DEVICE static constexpr int wq_offset(int buffer) { return buffer * kWqBytes; }
   OPENKDA_HOST_DEVICE static constexpr int rest_bytes(int vs) {
     return (kRestV + 4 * kBT * vs + 1023) / 1024 * 1024;
   }
   OPENKDA_HOST_DEVICE static constexpr int rest_offset(int buffer, int vs) {
-    return kOffRest + buffer * rest_bytes(vs);
+    return wq_buffers(vs) * kWqBytes + buffer * rest_bytes(vs);
   }
+  // mbarriers: WQ buffers 0 and 1, then REST buffers 0 and 1.
   OPENKDA_HOST_DEVICE static constexpr int bar_offset(int vs) { return rest_offset(2, vs); }
   OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs) {
-    return static_cast<size_t>(kAlign + bar_offset(vs) + 3 * 8);
+    return static_cast<size_t>(kAlign + bar_offset(vs) + 4 * 8);
   }
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
   static_assert(kBT == 32, "planned for the kernels' 32-token chunks (two REST buffers)");
-  static_assert(kOffQg % 1024 == 0 && kOffRest % 1024 == 0 && kRestTinv % 1024 == 0 &&
+  static_assert(kOffQg % 1024 == 0 && kWqBytes % 1024 == 0 && kRestTinv % 1024 == 0 &&
                     kRestKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
   static_assert(kRestGamma % 16 == 0 && kRestV % 16 == 0, "16-byte aligned bulk-copy destinations");
