@@ -3,8 +3,8 @@
 // scan copies it whole. These host-side checks pin the maps that both kernels share: each is a
 // bijection onto its tile, the pair order inverts, the image of a swizzled tile is the layout the
 // scan's wgmma descriptors read (physical row p holds chunk row scan_row(p)), the prep's vector
-// stores stay contiguous, and the scan's reads of v (f32, or 16-bit row pairs) hit 32 distinct
-// banks per warp.
+// stores stay contiguous, the scan's 16-bit v boxes are the TMA unit's 128-byte swizzle, and the
+// scan's reads of v (the f32 image or the 16-bit boxes) are free of bank conflicts.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -16,13 +16,12 @@
 
 namespace {
 
-using openkda::cuda::chunk_forward::pair_half;
 using openkda::cuda::chunk_forward::pair_image_offset;
 using openkda::cuda::chunk_forward::pair_row;
 using openkda::cuda::chunk_forward::scan_row;
 using openkda::cuda::chunk_forward::swizzled_offset;
+using openkda::cuda::chunk_forward::v_box_offset;
 using openkda::cuda::chunk_forward::v_image_index;
-using openkda::cuda::chunk_forward::v_pair_word_index;
 
 TEST(TileImage, PairOrderInverts) {
   const int expected[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // chunk rows of physical rows 0..7
@@ -72,35 +71,48 @@ TEST(TileImage, SwizzledTilesAreBijectionsInPairOrder) {
   check_pair_image<128>(32);  // kg^T at K = 128
 }
 
-// The checks both v images share, over every element (j, c) of a kBT x V image: word(j, c) is its
-// 4-byte word, slot(j, c) its element slot, and every slot is hit once (a bijection onto the tile);
-// a 4-warp scan CTA copies the 64-column slice of its v0 alone, so a slice (slice_words words) is
-// one contiguous block that indexes the same way from its own start; the prep's 16-byte stores
-// (four words from c % 4 = 0) stay contiguous.
-template <class Word, class Slot>
-void check_v_image(int kBT, int V, int slice_words, Word word, Slot slot) {
-  std::vector<int> hits(kBT * V, 0);
-  for (int j = 0; j < kBT; ++j) {
-    for (int c = 0; c < V; ++c) {
-      const int at = static_cast<int>(slot(j, c));
-      ASSERT_GE(at, 0);
-      ASSERT_LT(at, kBT * V);
-      ++hits[at];
-      const uint32_t w = word(j, c);
-      ASSERT_EQ(w, (c / 64) * slice_words + word(j, c % 64)) << "j " << j << ", c " << c;
-      if (c % 4 == 0) {
-        for (int k = 1; k < 4; ++k) ASSERT_EQ(word(j, c + k), w + k) << "j " << j << ", c " << c;
-      }
-    }
-  }
-  for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", slot " << i;
-}
-
+// The f32 v image, over every element (j, c) of a kBT x V image: every float slot is hit once (a
+// bijection onto the tile); a 4-warp scan CTA copies the 64-column slice of its v0 alone, so a
+// slice (kBT * 64 floats) is one contiguous block that indexes the same way from its own start;
+// the prep's 16-byte stores (four floats from c % 4 = 0) stay contiguous.
 TEST(TileImage, VImageIsABijectionOfSlices) {
   constexpr int kBT = 32;
   for (int V : {64, 128}) {
-    const auto index = [](int j, int c) { return v_image_index<kBT>(j, c); };
-    check_v_image(kBT, V, kBT * 64, index, index);
+    std::vector<int> hits(kBT * V, 0);
+    for (int j = 0; j < kBT; ++j) {
+      for (int c = 0; c < V; ++c) {
+        const uint32_t at = v_image_index<kBT>(j, c);
+        ASSERT_LT(at, static_cast<uint32_t>(kBT * V));
+        ++hits[at];
+        ASSERT_EQ(at, (c / 64) * kBT * 64 + v_image_index<kBT>(j, c % 64))
+            << "j " << j << " c " << c;
+        if (c % 4 == 0) {
+          for (int k = 1; k < 4; ++k) ASSERT_EQ(v_image_index<kBT>(j, c + k), at + k);
+        }
+      }
+    }
+    for (int i = 0; i < kBT * V; ++i) ASSERT_EQ(hits[i], 1) << "V = " << V << ", slot " << i;
+  }
+}
+
+// The 16-bit v boxes that the scan's tensor-map loads write: one box of kBT rows x 64 columns per
+// 64-column slice (4 KB), each the TMA unit's 128-byte swizzle of the box's row-major bytes (the
+// swizzle as CUTLASS's Swizzle<3, 4, 3> states it: byte bits 4-6 XOR bits 7-9).
+TEST(TileImage, VBoxesAreTheTensorMapsSwizzle) {
+  constexpr int kBT = 32;
+  for (int V : {64, 128}) {
+    std::set<uint32_t> seen;
+    for (int j = 0; j < kBT; ++j) {
+      for (int c = 0; c < V; ++c) {
+        const uint32_t linear = j * 128u + (c % 64) * 2u;
+        const uint32_t swizzled = linear ^ (((linear >> 7) & 7u) << 4);
+        const uint32_t at = v_box_offset<kBT>(j, c);
+        ASSERT_EQ(at, (c / 64) * kBT * 128u + swizzled) << "j " << j << " c " << c;
+        ASSERT_TRUE(seen.insert(at).second) << "j " << j << " c " << c << " collides";
+      }
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kBT * V));
+    EXPECT_EQ(*seen.rbegin(), 2u * kBT * V - 2);
   }
 }
 
@@ -132,35 +144,26 @@ TEST(TileImage, ScanReadsOfVAreConflictFree) {
   }
 }
 
-TEST(TileImage, VPairImageIsABijectionOfHalfWords) {
-  // The 16-bit image: element (j, c) is half pair_half(j) of word v_pair_word_index(j, c); rows j
-  // and j + 4 (j % 8 < 4) share a word, j in the low half.
-  constexpr int kBT = 32;
-  for (int j = 0; j < kBT; ++j) {
-    ASSERT_EQ(pair_half(j), static_cast<uint32_t>(j % 8 >= 4)) << "j " << j;
-    if (j % 8 < 4) {
-      for (int c = 0; c < 128; ++c) {
-        ASSERT_EQ(v_pair_word_index<kBT>(j + 4, c), v_pair_word_index<kBT>(j, c)) << "j " << j;
-      }
-    }
-  }
-  for (int V : {64, 128}) {
-    check_v_image(
-        kBT, V, kBT / 2 * 64, [](int j, int c) { return v_pair_word_index<kBT>(j, c); },
-        [](int j, int c) { return 2 * v_pair_word_index<kBT>(j, c) + pair_half(j); });
-  }
-}
-
-TEST(TileImage, ScanReadsOfVPairsAreConflictFree) {
-  // scan_step's read of a 16-bit image: lane (g, t) of warp w loads the word of rows 8 nn + t and
-  // 8 nn + t + 4, column 16 w + g + 8 h.
+TEST(TileImage, ScanReadsOfVBoxesAreConflictFree) {
+  // scan_step's read of the 16-bit boxes: lane (g, t) of warp w loads the 2-byte value of row
+  // 8 nn + t + 4 s, column 16 w + g + 8 h (s, h in {0, 1}). Two lanes reading one 4-byte word is
+  // one access; conflict-free means no two distinct words of one read share a bank.
   constexpr int kBT = 32;
   for (int w = 0; w < 8; ++w) {
     for (int nn = 0; nn < kBT / 8; ++nn) {
-      for (int h = 0; h < 2; ++h) {
-        const size_t banks = warp_banks(
-            [&](int g, int t) { return v_pair_word_index<kBT>(8 * nn + t, 16 * w + g + 8 * h); });
-        EXPECT_EQ(banks, 32u) << "w " << w << " nn " << nn << " h " << h;
+      for (int s = 0; s < 2; ++s) {
+        for (int h = 0; h < 2; ++h) {
+          std::set<uint32_t> words;
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane / 4, t = lane % 4;
+            words.insert(v_box_offset<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) / 4);
+          }
+          const size_t banks = warp_banks([&](int g, int t) {
+            return v_box_offset<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) / 4;
+          });
+          EXPECT_EQ(banks, words.size()) << "w " << w << " nn " << nn << " s " << s << " h " << h;
+          EXPECT_EQ(words.size(), 16u);
+        }
       }
     }
   }

@@ -7,8 +7,8 @@
 //                                   chunk                                       grid (1)
 //   openkda_fwd_prep_kernel         stages 1-3 per (chunk, value head): l2norm, gate, beta,
 //                                   G cumsum, A_qk, A_kk, Tinv, Tinv', ke, qg, kg^T, gamma
-//                                   and a copy of v -> workspace; varlen: o = 0 on the
-//                                   padding rows
+//                                   (and an f32 copy of an f32 / f64 v) -> workspace;
+//                                   varlen: o = 0 on the padding rows
 //                                                                  grid (slots * HV), hv fastest
 //   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, segment, V slice): h
 //                                   snapshots, v_new = Tinv' (v - ke S), o, state update,
@@ -26,9 +26,9 @@
 //
 // Precision map (README.md in this folder has the whole of it): inputs are read in their dtype
 // and converted to f32; every intermediate (G, A_qk, A_kk, Tinv, Tinv', ke, qg, kg, R, v_new, the
-// state) is f32 in shared memory, registers and the workspace (a bf16 / f16 v's copy keeps its 16
-// bits, widened exactly in the scan); products are tf32 tensor-core mma /
-// wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits, except the scan's
+// state) is f32 in shared memory, registers and the workspace (a bf16 / f16 v reaches the scan
+// unchanged, by tensor-map boxes, and is widened exactly there); products are tf32 tensor-core mma
+// / wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits, except the scan's
 // S^T operand of X^T and O^T, which the tensor core truncates: state.cuh); exp2 factors
 // that become tf32 operands use ex2.approx (exp2_operand), the lower-bound gate sigmoid_fast,
 // everything else CUDA's accurate f32 functions; the state update scales S by gamma in f32 and
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   invert_offdiag_blocks<Tr>(sA, sScr);
   write_tinv_image<Tr>(sA, sBeta, p.tinv + tile * kBT * kBT);
 
-  // v's copy for the scan (independent of everything above).
+  // An f32 / f64 v's copy for the scan (independent of everything above; none for a 16-bit v).
   write_v_image<Tr>(p, cc, hv, tile);
 }
 
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
 // blockIdx.x = ((n * HV + hv) * nseg + segment) * slices + slice.
 template <int kK, int kBT, int kWarps, bool kTransition>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
-    openkda_fwd_scan_kernel(const ChunkFwdParams p) {
+    openkda_fwd_scan_kernel(const __grid_constant__ ChunkFwdParams p) {
   using Tr = ScanTraits<kK, kBT, kTransition>;
   static_assert(!kTransition || kWarps == 4, "transition pass: 64 columns per CTA");
   extern __shared__ float4 smem_f4[];
@@ -190,6 +190,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   const auto bar_wq = [&](int b) { return bar0 + 8 * b; };
   const auto bar_rest = [&](int b) { return bar0 + 8 * (2 + b); };
   if (threadIdx.x == 0) {
+    if (p.v_src != VSource::kImageF32) prefetch_tensor_map(&p.v_map);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(bar_wq(b), 1);
       mbarrier_init(bar_rest(b), 1);
@@ -204,7 +205,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   if (threadIdx.x == 0 && nk > 0) {  // the prologue
     for (int k = 0; k < kWq && k < nk; ++k)
       scan_load_wq<Tr>(p, tile0 + k, smem + Tr::wq_offset(k), bar_wq(k));
-    scan_load_rest<Tr, kVs>(p, tile0, v0, with_v, smem + Tr::rest_offset(0, kVs), bar_rest(0));
+    scan_load_rest<Tr, kVs>(p, tile0, span.bos + c_begin * kBT, hv, v0, with_v,
+                            smem + Tr::rest_offset(0, kVs), bar_rest(0));
   }
   for (int k = 0; k < nk; ++k) {
     const int64_t c = c_begin + k;
@@ -227,8 +229,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
             const bool wq = k + kWq < nk, rest = k + 1 < nk;
             if (kWq == 1 && wq) scan_load_wq<Tr>(p, tile + 1, smem + Tr::wq_offset(0), bar_wq(0));
             if (rest)
-              scan_load_rest<Tr, kVs>(p, tile + 1, v0, with_v, smem + Tr::rest_offset(1 - b, kVs),
-                                      bar_rest(1 - b));
+              scan_load_rest<Tr, kVs>(p, tile + 1, t0 + kBT, hv, v0, with_v,
+                                      smem + Tr::rest_offset(1 - b, kVs), bar_rest(1 - b));
             if (kWq == 2 && wq) scan_load_wq<Tr>(p, tile + 2, smem + Tr::wq_offset(w), bar_wq(w));
           }
           mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k >> 1) & 1));  // REST(c)

@@ -17,6 +17,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.cuh"
 #include "cuda/common/dispatch.cuh"
+#include "cuda/common/tensor_map.h"
 
 namespace openkda::cuda {
 namespace chunk_forward {
@@ -42,7 +43,7 @@ namespace {
 
 using chunk_forward::ChunkFwdParams;
 using chunk_forward::GateMode;
-using chunk_forward::VImage;
+using chunk_forward::VSource;
 using LaunchFn = cudaError_t (*)(const ChunkFwdParams&, cudaStream_t);
 
 constexpr const char* kOp = "chunk_kda";
@@ -56,11 +57,8 @@ struct Dims {
   int64_t BT = chunk_forward::kKernelChunk;  // the kernels' chunk
   int64_t h_BT = 64;                         // the caller's chunk_size: h's chunk
   bool varlen = false;
-  bool h = false;               // h snapshots requested
-  VImage v_img = VImage::kF32;  // the prep's copy of v (params.h)
-  int64_t v_img_elem() const {  // its bytes per element
-    return v_img == VImage::kF32 ? 4 : 2;
-  }
+  bool h = false;                      // h snapshots requested
+  VSource v_src = VSource::kImageF32;  // where the scan gets v (params.h)
 };
 
 Dims dims_of(const ChunkFwdArgs& a) {
@@ -74,9 +72,9 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h_BT = a.chunk_size;
   d.varlen = a.cu_seqlens.defined();
   d.h = a.h.defined();
-  d.v_img = a.v.dtype == DType::kBF16  ? VImage::kBF16
-            : a.v.dtype == DType::kF16 ? VImage::kF16
-                                       : VImage::kF32;
+  d.v_src = a.v.dtype == DType::kBF16  ? VSource::kTensorBF16
+            : a.v.dtype == DType::kF16 ? VSource::kTensorF16
+                                       : VSource::kImageF32;
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -168,7 +166,7 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
-  L.v_img = take(d.HV * L.slots * d.BT * d.V * d.v_img_elem());
+  L.v_img = take(d.v_src == VSource::kImageF32 ? d.HV * L.slots * d.BT * d.V * 4 : 0);
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
@@ -213,7 +211,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.beta = a.beta.data;
   p.qk_dtype = a.q.dtype;
   p.v_dtype = a.v.dtype;
-  p.v_img_kind = d.v_img;
+  p.v_src = d.v_src;
   p.g_dtype = a.g.dtype;
   p.beta_dtype = a.beta.dtype;
   if (a.use_gate_in_kernel) {
@@ -289,7 +287,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.kgT = reinterpret_cast<float*>(base + L.kgT);
   p.aqk = reinterpret_cast<float*>(base + L.aqk);
   p.tinv = reinterpret_cast<float*>(base + L.tinv);
-  p.v_img = base + L.v_img;
+  p.v_img = reinterpret_cast<float*>(base + L.v_img);
   p.gamma = reinterpret_cast<float*>(base + L.gamma);
   if (p.nseg > 1) {
     p.seg_state = reinterpret_cast<float*>(base + L.seg_state);
@@ -347,6 +345,18 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
                          " prep CTAs (chunk slots HV) and up to " + std::to_string(scan_ctas) +
                          " scan CTAs; expected at most 2^31 - 1 of each");
   }
+  // A 16-bit v is read by tensor-map boxes: driver support, and int32 row coordinates.
+  if (d.v_src != VSource::kImageF32) {
+    if (!tensor_maps_available()) {
+      return not_supported(
+          "v.dtype 16-bit: this driver does not export cuTensorMapEncodeTiled; expected a CUDA 12+ "
+          "driver");
+    }
+    if (d.B * d.T > kMaxGrid) {
+      return not_supported("B T = " + std::to_string(d.B * d.T) +
+                           " tokens with a 16-bit v; expected at most 2^31 - 1");
+    }
+  }
   // Under the time split the last segment's CTAs write the final state while the first segment's
   // may still be reading the initial state (the serial scan reads each column before it writes
   // it), so the two must not share memory there.
@@ -384,7 +394,14 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     }
     return Status::Ok();
   }
-  const ChunkFwdParams p = make_params(a, d, L, ws);
+  ChunkFwdParams p = make_params(a, d, L, ws);
+  if (p.v_src != VSource::kImageF32 && p.tokens > 0) {  // the scan's boxes of v: BT x 64
+    OPENKDA_RETURN_IF_ERROR(cuda_status(
+        encode_b16_rows_map(&p.v_map, a.v.data, static_cast<uint64_t>(p.tokens),
+                            static_cast<uint64_t>(d.HV * d.V),
+                            static_cast<uint64_t>(2 * d.HV * d.V), static_cast<uint32_t>(d.BT)),
+        kOp, "tensor map of v"));
+  }
 
   if (d.varlen) {
     OPENKDA_RETURN_IF_ERROR(

@@ -34,15 +34,16 @@
 //                                      the scan's v_new = Tinv' (v - ke S) is the WY form's
 //                                      u - w S (u = Tinv' v, w = Tinv' ke), whose products the
 //                                      prep no longer computes
-//   v_img         the chunk's v rows (v_img_kind): f32 [HV, slots, V / 64, BT, 64] (XOR-swizzled
-//                 columns) for f32 / f64 v; for bf16 / f16 v the 16-bit values unchanged, rows j
-//                 and j + 4 in one 32-bit word: [HV, slots, V / 64, BT / 2, 64] words
-//                 (tile_image.h: v_image_index, v_pair_word_index)
+//   v_img         f32 / f64 v only (v_src = kImageF32): the chunk's v rows in f32, [HV, slots,
+//                 V / 64, BT, 64] (XOR-swizzled columns; tile_image.h: v_image_index). A bf16 /
+//                 f16 v needs no copy: the scan loads its rows from v itself (v_map)
 //   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)
 //   seg_state     [N, HV, nseg, K, V + K]  time split only: segment s's zero-start final state
 //                 Z_s (columns < V) and transition M_s (columns V + m), segments.cuh
 //   seg_init      [N, HV, nseg, K, V]      time split only: the state entering segment s >= 1
 #pragma once
+
+#include <cuda.h>  // CUtensorMap (a plain struct: no driver call here)
 
 #include <cstdint>
 
@@ -58,14 +59,17 @@ enum class GateMode : int32_t {
       2,  // lower_bound * sigmoid(exp(A_log[hv]) * (g + dt_bias)); exp(A_log) -> 1 if null
 };
 
-// How the prep stores v for the scan (v_img): 16-bit inputs keep their bits (half the bytes of f32,
-// lossless), wider ones become f32.
-enum class VImage : int32_t {
-  kF32 = 0,   // f32 / f64 v
-  kBF16 = 1,  // bf16 v, row pairs
-  kF16 = 2,   // f16 v, row pairs
+// Where the scan gets the chunk's v rows: a 16-bit v from v itself, by tensor-map (TMA) boxes of
+// 32 rows x 64 columns (v_map; read with tile_image.h's v_box_offset), anything else from the
+// prep's f32 copy in the workspace (v_img).
+enum class VSource : int32_t {
+  kImageF32 = 0,    // f32 / f64 v: v_img
+  kTensorBF16 = 1,  // bf16 v: v_map
+  kTensorF16 = 2,   // f16 v: v_map
 };
 
+// Aligned as its tensor map (CUtensorMap: 128 bytes). The scan kernel takes it as a
+// __grid_constant__ parameter, whose address the TMA loads use.
 struct ChunkFwdParams {
   // ---- inputs ----
   const void* q = nullptr;
@@ -79,6 +83,10 @@ struct ChunkFwdParams {
   const void* cu_seqlens = nullptr;
   DType qk_dtype = DType::kUndefined;
   DType v_dtype = DType::kUndefined;
+  VSource v_src = VSource::kImageF32;
+  // v viewed as [tokens, HV * V] 16-bit elements, boxes of BT rows x 64 columns (v_src !=
+  // kImageF32; launch.cu encodes it per call).
+  CUtensorMap v_map{};
   DType g_dtype = DType::kUndefined;
   DType beta_dtype = DType::kUndefined;
   DType A_log_dtype = DType::kUndefined;
@@ -133,8 +141,7 @@ struct ChunkFwdParams {
   float* kgT = nullptr;
   float* aqk = nullptr;
   float* tinv = nullptr;
-  void* v_img = nullptr;
-  VImage v_img_kind = VImage::kF32;
+  float* v_img = nullptr;  // v_src = kImageF32 only
   float* gamma = nullptr;
   float* seg_state = nullptr;  // nseg > 1: [N, HV, nseg, K, V + K] (Z_s | M_s) of every segment
   float* seg_init = nullptr;   // nseg > 1: [N, HV, nseg, K, V] the state entering segment s >= 1

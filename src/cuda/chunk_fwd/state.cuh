@@ -3,7 +3,8 @@
 // fwd_output.
 //
 // What it computes, per chunk c of one sequence (rows i, j < nv; state S [K, V] f32 entering the
-// chunk; prep outputs ke, qg, kg, A_qk, Tinv', gamma and a copy of v from the workspace):
+// chunk; prep outputs ke, qg, kg, A_qk, Tinv', gamma from the workspace; v from v itself by
+// tensor-map boxes (bf16 / f16) or from the prep's f32 copy):
 //   h[c]  = S                                         (snapshot, when requested)
 //   v_new = Tinv' (v - ke S)                          [BT, V]   (= u - w S of the WY form:
 //                                                                u = Tinv' v, w = Tinv' ke)
@@ -43,11 +44,13 @@
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
 // chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (two chunks' buffers at
 // vs = 128, one at vs = 64), two REST buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled,
-// sGamma [K] and sV [vs / 64][BT][64] (f32; a 16-bit v image fills half of it), four mbarriers:
-// 147 KB at K = 128, BT = 32, vs = 128 (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a
-// bulk copy of the prep's image of it (tile_image.h). Pipeline (kernels.cuh): at this chunk's
-// mid-chunk barrier the next chunk's REST tiles go into the other REST buffer, and the sKe / sQg
-// of the chunk after the next (vs = 128) or of the next (vs = 64) into the WQ buffer just read.
+// sGamma [K] and sV [vs / 64][BT][64] (f32; 16-bit boxes fill half of it), four mbarriers: 147 KB
+// at K = 128, BT = 32, vs = 128 (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a bulk
+// copy of the prep's image of it (tile_image.h), but for a 16-bit v's boxes, which one tensor-map
+// load per 64 value columns takes from v (rows t0 .. t0 + BT - 1 of [tokens, HV V]). Pipeline
+// (kernels.cuh): at this chunk's mid-chunk barrier the next chunk's REST tiles go into the other
+// REST buffer, and the sKe / sQg of the chunk after the next (vs = 128) or of the next (vs = 64)
+// into the WQ buffer just read.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -127,25 +130,34 @@ __device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int64_t ti
 }
 
 template <class Tr, int kVs>
-__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t tile, int v0,
-                                               bool with_v, unsigned char* rest,
+__device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t tile, int64_t t0,
+                                               int hv, int v0, bool with_v, unsigned char* rest,
                                                uint32_t bar_rest) {
   constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKgT
   constexpr uint32_t kBTBytes = sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
-  const uint32_t v_elem = p.v_img_kind == VImage::kF32 ? 4 : 2;  // bytes per element of v_img
+  const bool image = p.v_src == VSource::kImageF32;
+  const uint32_t v_bytes = (image ? 4 : 2) * Tr::kBT * kVs;  // f32 image or 16-bit boxes
   const int64_t at = tile * Tr::kBT * Tr::kK, at_bt = tile * Tr::kBT * Tr::kBT;
   mbarrier_expect_tx(bar_rest, (Tr::kTransition ? 1 : 2) * kBTBytes + kKBytes + kGammaBytes +
-                                   (with_v ? v_elem * Tr::kBT * kVs : 0));
+                                   (with_v ? v_bytes : 0));
   if constexpr (!Tr::kTransition)
     bulk_load(smem_address(rest + Tr::kRestA), p.aqk + at_bt, kBTBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestTinv), p.tinv + at_bt, kBTBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestKgT), p.kgT + at, kKBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar_rest);
-  if (with_v) {
-    bulk_load(smem_address(rest + Tr::kRestV),
-              static_cast<const char*>(p.v_img) + v_elem * (tile * Tr::kBT * p.V + Tr::kBT * v0),
-              v_elem * Tr::kBT * kVs, bar_rest);
+  if (!with_v) return;
+  if (image) {
+    bulk_load(smem_address(rest + Tr::kRestV), p.v_img + tile * Tr::kBT * p.V + Tr::kBT * v0,
+              v_bytes, bar_rest);
+    return;
+  }
+  // Rows t0 .. t0 + BT - 1 of v as [tokens, HV V]: rows past the chunk belong to the next
+  // sequence or batch row, or read as zero past the last token (the scan masks them either way).
+#pragma unroll
+  for (int s = 0; s < kVs / 64; ++s) {
+    tma_load_2d(smem_address(rest + Tr::kRestV + s * Tr::kBT * 128), &p.v_map,
+                hv * p.V + v0 + 64 * s, static_cast<int>(t0), bar_rest);
   }
 }
 
@@ -210,13 +222,13 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
 }
 
 // This thread's values of the chunk's v (x's fragment layout: tile nn, register e is chunk row
-// 8 nn + t + 4 (e % 2), value column vl + 8 (e / 2)) from the REST buffer's v image `sV` of either
-// kind (params.h: VImage); a 16-bit image gives both rows of a column in one 32-bit read.
+// 8 nn + t + 4 (e % 2), value column vl + 8 (e / 2)) from the REST buffer's sV: the prep's f32
+// image (v_image_index) or the tensor-map boxes of a 16-bit v (v_box_offset), widened exactly.
 template <class Tr>
-__device__ __forceinline__ void read_v_fragment(VImage kind, const unsigned char* sV, int vl, int t,
+__device__ __forceinline__ void read_v_fragment(VSource src, const unsigned char* sV, int vl, int t,
                                                 float (&v)[Tr::kBT / 8][4]) {
   constexpr int kNJ = Tr::kBT / 8;
-  if (kind == VImage::kF32) {
+  if (src == VSource::kImageF32) {
     const float* f = reinterpret_cast<const float*>(sV);
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn)
@@ -225,20 +237,14 @@ __device__ __forceinline__ void read_v_fragment(VImage kind, const unsigned char
         v[nn][e] = f[v_image_index<Tr::kBT>(8 * nn + t + 4 * (e % 2), vl + 8 * (e / 2))];
     return;
   }
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(sV);
+  const bool bf16 = src == VSource::kTensorBF16;
 #pragma unroll
   for (int nn = 0; nn < kNJ; ++nn)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t x = w[v_pair_word_index<Tr::kBT>(8 * nn + t, vl + 8 * h)];
-      if (kind == VImage::kBF16) {
-        v[nn][2 * h] = __uint_as_float(x << 16);
-        v[nn][2 * h + 1] = __uint_as_float(x & 0xffff0000u);
-      } else {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&x));
-        v[nn][2 * h] = f.x;
-        v[nn][2 * h + 1] = f.y;
-      }
+    for (int e = 0; e < 4; ++e) {
+      const uint16_t x = *reinterpret_cast<const uint16_t*>(
+          sV + v_box_offset<Tr::kBT>(8 * nn + t + 4 * (e % 2), vl + 8 * (e / 2)));
+      v[nn][e] = bf16 ? __uint_as_float(uint32_t{x} << 16) : __half2float(__ushort_as_half(x));
     }
 }
 
@@ -315,7 +321,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[nn][e] = 0.0f;
   } else {
-    read_v_fragment<Tr>(p.v_img_kind, rest + Tr::kRestV, vl, t, v);
+    read_v_fragment<Tr>(p.v_src, rest + Tr::kRestV, vl, t, v);
   }
   uint32_t ra[kNJ][4];
 #pragma unroll

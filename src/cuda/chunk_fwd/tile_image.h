@@ -14,9 +14,8 @@
 //                     c ^ (8 (j % 4)): the scan reads (row j = 8 nn + t + 4 (e % 2), column
 //                     16 w + g + 8 h), so the XOR by 8 t puts the 32 lanes of a warp on 32
 //                     distinct banks without padding
-//   v       [V / 64][BT / 2][64] 32-bit words, for bf16 / f16 v: the 16-bit values unchanged,
-//                     rows j and j + 4 in one word (v_pair_word_index), so that a scan thread
-//                     reads both rows of its fragment at once; the same slices and XOR swizzle
+//   (bf16 / f16 v has no workspace image: the scan loads its rows from v itself by tensor-map
+//   boxes, [V / 64][BT][64] 16-bit values with the 128-byte swizzle, v_box_offset)
 //   gamma   [K]       plain
 //
 // Pair order (state.cuh says why): physical row (or column) p of a tile holds the chunk row
@@ -64,18 +63,15 @@ OPENKDA_HOST_DEVICE constexpr uint32_t v_image_index(uint32_t j, uint32_t c) {
   return ((c / 64) * kBT + j) * 64 + ((c % 64) ^ (8 * (j % 4)));
 }
 
-// Word index of element (chunk row j, value column c) of a 16-bit v image of kBT rows (c relative
-// to the first column of the image, a multiple of 64): rows j and j + 4 (j % 8 < 4) share word row
-// jw = 4 (j / 8) + j % 4, j in its low half and j + 4 in its high half (pair_half), so that one
-// 32-bit read gives a scan thread both rows of its fragment (t and t + 4); columns XOR-swizzled by
-// word row as in v_image_index (conflict-free reads without padding).
+// Byte offset of element (chunk row j, value column c) of the scan's 16-bit v boxes (c relative to
+// the first column of the CTA's slices): one tensor-map box of kBT rows x 64 columns per slice,
+// 128 bytes per row, 16-byte chunks XOR-swizzled by row (the 128-byte swizzle of the TMA unit,
+// tensor_map.h), i.e. the layout of swizzled_offset with 8 values per chunk. The scan's reads
+// (row 8 nn + t or + 4, column 16 w + g + 8 h) then fall on 16 distinct words per warp, each read
+// by the two lanes that hold its two values.
 template <int kBT>
-OPENKDA_HOST_DEVICE constexpr uint32_t v_pair_word_index(uint32_t j, uint32_t c) {
-  const uint32_t jw = 4 * (j / 8) + j % 4;
-  return ((c / 64) * (kBT / 2) + jw) * 64 + ((c % 64) ^ (8 * (jw % 4)));
-}
-OPENKDA_HOST_DEVICE constexpr uint32_t pair_half(uint32_t j) {
-  return (j / 4) % 2;
+OPENKDA_HOST_DEVICE constexpr uint32_t v_box_offset(uint32_t j, uint32_t c) {
+  return swizzled_offset<kBT>(j, c / 8) + 2 * (c % 8);
 }
 
 }  // namespace openkda::cuda::chunk_forward

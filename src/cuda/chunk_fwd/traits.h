@@ -108,8 +108,8 @@ struct ScanTraits {
   //     [kBT][kBT] tf32 (Tinv' = Tinv diag(beta), the B operand of v_new^T = R^T Tinv'^T; the same
   //     layout), sKgT [kK][kBT] tf32 (the state update's B operand, kg^T: N = d, K-major along the
   //     chunk rows j; swizzled, rows d in pair order), sGamma [kK], sV [vs / 64][kBT][64] (the
-  //     prep's v image, f32, or kBT / 2 word rows of 16-bit row pairs in the first half:
-  //     XOR-swizzled columns, conflict-free reads without padding).
+  //     prep's f32 v image, XOR-swizzled columns; or, in its first half, the tensor-map boxes of a
+  //     16-bit v, 128-byte swizzled: 1024-byte aligned).
   //   bar [4] at bar_offset(vs): the mbarriers of the bulk copies into WQ buffers 0 and 1 and
   //     REST buffers 0 and 1 (kernels.cuh; WQ buffer 1's is unused with one WQ buffer).
   // Sizes at K = 128: 147 KB at vs = 128 (two WQ buffers), 99 KB for the 4-warp output CTA (one),
@@ -121,7 +121,7 @@ struct ScanTraits {
   static constexpr int kRestTinv = kRestA + (kTransition ? 0 : kBT * kBT * 4);
   static constexpr int kRestKgT = kRestTinv + kBT * kBT * 4;
   static constexpr int kRestGamma = kRestKgT + kK * kBT * 4;
-  static constexpr int kRestV = kRestGamma + kK * 4;
+  static constexpr int kRestV = (kRestGamma + kK * 4 + 1023) / 1024 * 1024;  // swizzled boxes
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 
   // WQ buffers: two where shared memory allows (the 8-warp CTA, one per SM; the transition pass,
@@ -149,7 +149,8 @@ struct ScanTraits {
   static_assert(kOffQg % 1024 == 0 && kWqBytes % 1024 == 0 && kRestTinv % 1024 == 0 &&
                     kRestKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
-  static_assert(kRestGamma % 16 == 0 && kRestV % 16 == 0, "16-byte aligned bulk-copy destinations");
+  static_assert(kRestGamma % 16 == 0 && kRestV % 1024 == 0,
+                "16-byte aligned bulk-copy destinations; sV on the 128-byte swizzle's 1 KB period");
   static_assert(rest_bytes(64) % 1024 == 0 && rest_bytes(128) % 1024 == 0 &&
                     bar_offset(64) % 8 == 0 && bar_offset(128) % 8 == 0,
                 "1024-byte aligned REST buffers, 8-byte aligned mbarriers");

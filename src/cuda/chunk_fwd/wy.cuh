@@ -4,20 +4,21 @@
 // What it computes, for rows i < nv of one chunk; every tile goes to the workspace whole, as the
 // scan's shared-memory image (tile_image.h), rows (columns of kg^T) past the chunk from the
 // zero rows of q, k, beta there. qg, ke, kg^T and Tinv' are only ever tensor-core operands, so they
-// are stored as tf32 operands (tf32_operand, mma.cuh); gamma stays f32, and the copy of v keeps a
-// 16-bit v's bits (bf16 / f16 row pairs) or is f32:
+// are stored as tf32 operands (tf32_operand, mma.cuh); gamma and the copy of an f32 / f64 v stay
+// f32 (a bf16 / f16 v is not copied: the scan reads it from v by tensor-map boxes):
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
 //   ke_i  = k_i * exp2(G_i)                      -> workspace ke
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
 //                                                   transposed per chunk slot, params.h)
 //   gamma = exp2(G_last)                          -> workspace gamma (one row per chunk; f32)
 //   Tinv' = Tinv diag(beta)                       -> workspace tinv
-//   v (rows of the chunk: 16-bit or f32)          -> workspace v_img
+//   v (rows of the chunk, f32 / f64 v only)      -> workspace v_img
 // Every exponent is <= 0 when g <= 0, so every factor is in [0, 1]. The WY products w = Tinv' ke
 // and u = Tinv' v are not formed: the scan computes v_new = u - w S as Tinv' (v - ke S), one
-// BT x BT product per chunk on its side instead of two BT x BT x (K | V) products here. v goes
-// through the workspace as a copy (one bulk copy per scan chunk): the scan reading v itself, per
-// thread or per row, was slower (chunk_fwd README, fourteenth session).
+// BT x BT product per chunk on its side instead of two BT x BT x (K | V) products here. A 16-bit v
+// reaches the scan by one tensor-map box per 64 value columns and chunk, straight from v (per
+// thread or per row it was slower than a copy here: chunk_fwd README, fourteenth session); an f32
+// / f64 v goes through the workspace as an f32 copy (one bulk copy per scan chunk).
 //
 // Grid mapping: one CTA (Tr::kThreads) per (chunk, value head); write_gated_keys runs on the warps
 // that the intra products leave free, write_tinv_image and write_v_image on all threads after the
@@ -145,60 +146,17 @@ __device__ __forceinline__ void write_v_image_v(const ChunkFwdParams& p, const C
   }
 }
 
-// The chunk's v rows of a 16-bit v (bf16 or f16) as the scan's 16-bit v image, the bits unchanged
-// (tile_image.h: v_pair_word_index), rows past the chunk as 0. Thread: 4 consecutive columns of
-// word row jw = idx / (V / 4) (chunk rows j and j + 4), idx = tid + kThreads r, r < kRuns (1 or 2,
-// one per compiled V): two 8-byte loads, all issued before the first 16-byte store.
-template <class Tr, int kV>
-__device__ __forceinline__ void write_v_pairs_v(const ChunkFwdParams& p, const ChunkCoord& cc,
-                                                int hv, uint32_t* gW) {
-  constexpr int kC4 = kV / 4;
-  constexpr int kRuns = Tr::kBT / 2 * kC4 / Tr::kThreads;
-  static_assert(Tr::kBT / 2 * kC4 % Tr::kThreads == 0, "whole 4-word runs per thread");
-  const uint16_t* v = static_cast<const uint16_t*>(p.v);
-  uint2 lo[kRuns], hi[kRuns];
-#pragma unroll
-  for (int r = 0; r < kRuns; ++r) {
-    const int idx = static_cast<int>(threadIdx.x) + Tr::kThreads * r;
-    const int jw = idx / kC4, c = 4 * (idx % kC4);
-    const int j = 8 * (jw / 4) + jw % 4;
-    // Rows past the chunk read row 0 (always valid) and are zeroed below.
-    const int64_t row_lo = cc.t0 + (j < cc.nv ? j : 0),
-                  row_hi = cc.t0 + (j + 4 < cc.nv ? j + 4 : 0);
-    lo[r] = __ldg(reinterpret_cast<const uint2*>(v + (row_lo * p.HV + hv) * kV + c));
-    hi[r] = __ldg(reinterpret_cast<const uint2*>(v + (row_hi * p.HV + hv) * kV + c));
-  }
-#pragma unroll
-  for (int r = 0; r < kRuns; ++r) {
-    const int idx = static_cast<int>(threadIdx.x) + Tr::kThreads * r;
-    const int jw = idx / kC4, c = 4 * (idx % kC4);
-    const int j = 8 * (jw / 4) + jw % 4;
-    const uint2 a = j < cc.nv ? lo[r] : make_uint2(0u, 0u);
-    const uint2 b = j + 4 < cc.nv ? hi[r] : make_uint2(0u, 0u);
-    *reinterpret_cast<uint4*>(gW + v_pair_word_index<Tr::kBT>(j, c)) =
-        make_uint4((a.x & 0xffffu) | (b.x << 16), (a.x >> 16) | (b.x & 0xffff0000u),
-                   (a.y & 0xffffu) | (b.y << 16), (a.y >> 16) | (b.y & 0xffff0000u));
-  }
-}
-
-// The chunk's copy of v for the scan, in the image of p.v_img_kind, at its tile of the workspace.
+// The chunk's copy of v for the scan at its tile of the workspace: an f32 / f64 v only (p.v_src =
+// kImageF32); the scan loads a 16-bit v's rows from v itself (tensor-map boxes, state.cuh).
 template <class Tr>
 __device__ __forceinline__ void write_v_image(const ChunkFwdParams& p, const ChunkCoord& cc, int hv,
                                               int64_t tile) {
-  if (p.v_img_kind == VImage::kF32) {
-    float* gV = static_cast<float*>(p.v_img) + tile * Tr::kBT * p.V;
-    if (p.V == 64) {
-      write_v_image_v<Tr, 64>(p, cc, hv, gV);
-    } else {
-      write_v_image_v<Tr, 128>(p, cc, hv, gV);
-    }
+  if (p.v_src != VSource::kImageF32) return;
+  float* gV = p.v_img + tile * Tr::kBT * p.V;
+  if (p.V == 64) {
+    write_v_image_v<Tr, 64>(p, cc, hv, gV);
   } else {
-    uint32_t* gW = static_cast<uint32_t*>(p.v_img) + tile * Tr::kBT / 2 * p.V;
-    if (p.V == 64) {
-      write_v_pairs_v<Tr, 64>(p, cc, hv, gW);
-    } else {
-      write_v_pairs_v<Tr, 128>(p, cc, hv, gW);
-    }
+    write_v_image_v<Tr, 128>(p, cc, hv, gV);
   }
 }
 

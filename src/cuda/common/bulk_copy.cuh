@@ -1,6 +1,7 @@
-// Hopper bulk-copy engine (cp.async.bulk, sm_90) between global and shared memory, and the
-// mbarrier that a bulk load completes on. One thread issues a copy of up to the whole tile; the
-// engine moves it without registers, address arithmetic or per-thread instructions.
+// Hopper bulk-copy engine (cp.async.bulk, sm_90) between global and shared memory, its tensor-map
+// (TMA) loads, and the mbarrier that a bulk load completes on. One thread issues a copy of up to
+// the whole tile; the engine moves it without registers, address arithmetic or per-thread
+// instructions.
 //
 // Protocol of a bulk load (one use of the barrier, phase 0):
 //   issuing thread: mbarrier_init(bar, 1); fence_mbarrier_init(); mbarrier_expect_tx(bar, bytes);
@@ -59,6 +60,24 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
           "r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
+}
+
+// Tensor-map load (TMA): the box of `map` (tensor_map.h) at element coordinates (x, y) (x along the
+// contiguous dimension) into shared memory at `dst`, completing on `bar` like bulk_load; `map` must
+// live in kernel parameter space (a __grid_constant__ parameter), constant or global memory. The
+// whole box counts toward the barrier's bytes, zero-filled parts included.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int x, int y,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];" ::"r"(dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// Fetches a tensor map (tma_load_2d's `map`) ahead of its first use.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
 // Orders this thread's ordinary shared-memory writes before later bulk-copy reads of them.
