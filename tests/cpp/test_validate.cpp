@@ -194,6 +194,39 @@ TEST(TimeSplit, FinalStateSharingTheInitialStateIsRefused) {
   }
 }
 
+// The CUDA scan reads a bf16 / f16 v by tensor-map boxes whose row coordinate is an int32 token
+// row: more than 2^31 - 1 tokens are refused with a 16-bit v, and not with an f32 one (whose rows
+// go through the workspace). Only can_implement runs: the tensors keep their small buffers.
+TEST(ChunkFwdCuda, TensorMapRowsAreBoundedForA16BitV) {
+  if (!openkda::build_config().cuda) GTEST_SKIP() << "no CUDA backend in this build";
+  for (const DType v_dtype : {DType::kBF16, DType::kF32}) {
+    Config c;
+    c.B = 1;
+    c.T = 64;
+    c.H = c.HV = 1;
+    c.K = c.V = 64;
+    c.set_all_dtypes(DType::kBF16);
+    c.v_dtype = v_dtype;
+    Inputs in = make_inputs(c);
+    FwdOut out;
+    out.o = HostTensor(DType::kBF16, {c.B, c.T, c.HV, c.V});
+    openkda::ChunkFwdArgs a = make_fwd_args(c, in, out, Precision::kF32, Algorithm::kChunked, 0);
+    constexpr int64_t kTokens = int64_t{1} << 31;
+    for (openkda::TensorRef* t : {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.o}) {
+      t->device = openkda::Device{openkda::DeviceType::kCUDA, 0};
+      t->shape[1] = kTokens;  // B = 1: only the outer stride follows
+      t->stride[0] = kTokens * t->stride[1];
+    }
+    const openkda::Status s = openkda::can_implement(a);
+    const bool refused = HasSubstr(s.message(), "2147483648 tokens with a");
+    EXPECT_EQ(refused, v_dtype == DType::kBF16) << s.message();
+    if (refused) {
+      EXPECT_EQ(s.code(), openkda::StatusCode::kNotSupported);
+      EXPECT_TRUE(HasSubstr(s.message(), "bf16 v; expected at most 2^31 - 1")) << s.message();
+    }
+  }
+}
+
 TEST_F(ChunkValidate, HVNotAMultipleOfH) {
   args.v.shape[2] = 3;
   EXPECT_TRUE(Invalid(check(), {"(HV) = 3", "multiple of H = 2"}));

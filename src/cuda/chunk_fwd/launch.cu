@@ -345,17 +345,10 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
                          " prep CTAs (chunk slots HV) and up to " + std::to_string(scan_ctas) +
                          " scan CTAs; expected at most 2^31 - 1 of each");
   }
-  // A 16-bit v is read by tensor-map boxes: driver support, and int32 row coordinates.
-  if (d.v_src != VSource::kImageF32) {
-    if (!tensor_maps_available()) {
-      return not_supported(
-          "v.dtype 16-bit: this driver does not export cuTensorMapEncodeTiled; expected a CUDA 12+ "
-          "driver");
-    }
-    if (d.B * d.T > kMaxGrid) {
-      return not_supported("B T = " + std::to_string(d.B * d.T) +
-                           " tokens with a 16-bit v; expected at most 2^31 - 1");
-    }
+  // A 16-bit v is read by tensor-map boxes, whose row coordinates are int32.
+  if (d.v_src != VSource::kImageF32 && d.B * d.T > kMaxGrid) {
+    return not_supported("B T = " + std::to_string(d.B * d.T) + " tokens with a " +
+                         dtype_label(a.v.dtype) + " v; expected at most 2^31 - 1");
   }
   // Under the time split the last segment's CTAs write the final state while the first segment's
   // may still be reading the initial state (the serial scan reads each column before it writes

@@ -28,10 +28,6 @@ EncodeTiledFn encode_tiled() {
 
 }  // namespace
 
-bool tensor_maps_available() {
-  return encode_tiled() != nullptr;
-}
-
 cudaError_t encode_b16_rows_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols,
                                 uint64_t row_bytes, uint32_t box_rows) {
   const EncodeTiledFn encode = encode_tiled();

@@ -12,14 +12,12 @@
 
 namespace openkda::cuda {
 
-// Whether this process can encode tensor maps (the driver exports cuTensorMapEncodeTiled).
-bool tensor_maps_available();
-
 // A 2-D map of a row-major matrix of 16-bit elements [rows, cols] whose rows are `row_bytes`
 // apart (a multiple of 16; `base` 16-byte aligned), read in boxes of box_rows x 64 columns (128
 // bytes per box row) that land in shared memory with the 128-byte swizzle: box row r, 16-byte
 // chunk c at r * 128 + ((c ^ r % 8) * 16), from a 1024-byte aligned destination. Elements past
-// `rows` or `cols` read as zero.
+// `rows` or `cols` read as zero. cudaErrorNotSupported when the driver does not export the encoder
+// (a driver older than CUDA 12, which could not run this library's sm_90a kernels anyway).
 cudaError_t encode_b16_rows_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols,
                                 uint64_t row_bytes, uint32_t box_rows);
 
