@@ -116,57 +116,41 @@ TEST(TileImage, VBoxesAreTheTensorMapsSwizzle) {
   }
 }
 
-// The 4-byte banks (of 32) that one warp's read hits: lane (g = lane / 4, t = lane % 4) reads the
-// word at index(g, t).
-template <class Index>
-size_t warp_banks(Index index) {
-  std::set<int> banks;
-  for (int lane = 0; lane < 32; ++lane)
-    banks.insert(static_cast<int>(index(lane / 4, lane % 4)) % 32);
-  return banks.size();
+// scan_step's reads of v: lane (g = lane / 4, t = lane % 4) of warp w loads chunk row
+// j = 8 nn + t + 4 s and value column c = 16 w + g + 8 h (s, h in {0, 1}), the 4-byte word
+// word(j, c) of shared memory. Lanes reading one word make one access, so a read is conflict-free
+// when no two distinct words share a bank (of 32); every read must touch `words` distinct words.
+template <class Word>
+void check_scan_v_reads(size_t words, Word word) {
+  constexpr int kBT = 32;
+  for (int w = 0; w < 8; ++w) {
+    for (int nn = 0; nn < kBT / 8; ++nn) {
+      for (int s = 0; s < 2; ++s) {
+        for (int h = 0; h < 2; ++h) {
+          std::set<uint32_t> seen;
+          std::set<uint32_t> banks;
+          for (int lane = 0; lane < 32; ++lane) {
+            const uint32_t at = word(8 * nn + lane % 4 + 4 * s, 16 * w + lane / 4 + 8 * h);
+            seen.insert(at);
+            banks.insert(at % 32);
+          }
+          EXPECT_EQ(seen.size(), words) << "w " << w << " nn " << nn << " s " << s << " h " << h;
+          EXPECT_EQ(banks.size(), seen.size())
+              << "w " << w << " nn " << nn << " s " << s << " h " << h;
+        }
+      }
+    }
+  }
 }
 
 TEST(TileImage, ScanReadsOfVAreConflictFree) {
-  // scan_step's read: lane (g, t) of warp w loads row j = 8 nn + t + 4 s and column 16 w + g + 8 h
-  // (s, h in {0, 1}).
-  constexpr int kBT = 32;
-  for (int w = 0; w < 8; ++w) {
-    for (int nn = 0; nn < kBT / 8; ++nn) {
-      for (int s = 0; s < 2; ++s) {
-        for (int h = 0; h < 2; ++h) {
-          const size_t banks = warp_banks([&](int g, int t) {
-            return v_image_index<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h);
-          });
-          EXPECT_EQ(banks, 32u) << "w " << w << " nn " << nn << " s " << s << " h " << h;
-        }
-      }
-    }
-  }
+  // The f32 image: one word per lane.
+  check_scan_v_reads(32, [](int j, int c) { return v_image_index<32>(j, c); });
 }
 
 TEST(TileImage, ScanReadsOfVBoxesAreConflictFree) {
-  // scan_step's read of the 16-bit boxes: lane (g, t) of warp w loads the 2-byte value of row
-  // 8 nn + t + 4 s, column 16 w + g + 8 h (s, h in {0, 1}). Two lanes reading one 4-byte word is
-  // one access; conflict-free means no two distinct words of one read share a bank.
-  constexpr int kBT = 32;
-  for (int w = 0; w < 8; ++w) {
-    for (int nn = 0; nn < kBT / 8; ++nn) {
-      for (int s = 0; s < 2; ++s) {
-        for (int h = 0; h < 2; ++h) {
-          std::set<uint32_t> words;
-          for (int lane = 0; lane < 32; ++lane) {
-            const int g = lane / 4, t = lane % 4;
-            words.insert(v_box_offset<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) / 4);
-          }
-          const size_t banks = warp_banks([&](int g, int t) {
-            return v_box_offset<kBT>(8 * nn + t + 4 * s, 16 * w + g + 8 * h) / 4;
-          });
-          EXPECT_EQ(banks, words.size()) << "w " << w << " nn " << nn << " s " << s << " h " << h;
-          EXPECT_EQ(words.size(), 16u);
-        }
-      }
-    }
-  }
+  // The 16-bit boxes: the two lanes that hold a word's two values share it.
+  check_scan_v_reads(16, [](int j, int c) { return v_box_offset<32>(j, c) / 4; });
 }
 
 }  // namespace
