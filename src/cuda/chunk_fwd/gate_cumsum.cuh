@@ -184,18 +184,29 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   }
 
   // l2norm (rstd = rsqrt(sum x^2 + eps), MUFU.RSQ: 2 ulp), then the gate of every row with one
-  // compile-time gate mode; rows past the chunk become zero in all three tiles.
+  // compile-time gate mode; rows past the chunk become zero in all three tiles. The warp's 2 kRows
+  // sums of squares (q rows, then k rows) are reduced together (warp_transpose_sums: 9 shuffles
+  // for 8 sums instead of 40), each lane takes the rstd of the sum it holds, and every lane then
+  // fetches the 2 kRows factors of its rows from the lanes that hold them.
   if (p.l2norm) {
+    constexpr int kSums = 2 * kRows;
+    constexpr int kLanesPerSum = 32 / kSums;
+    float ss[kSums];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      float ssq = 0.0f, ssk = 0.0f;
+      ss[r] = ss[kRows + r] = 0.0f;
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
-        ssq += xq[r][e] * xq[r][e];
-        ssk += xk[r][e] * xk[r][e];
+        ss[r] += xq[r][e] * xq[r][e];
+        ss[kRows + r] += xk[r][e] * xk[r][e];
       }
-      const float rq = rsqrtf(warp_allreduce_sum(ssq) + kL2NormEps);
-      const float rk = rsqrtf(warp_allreduce_sum(ssk) + kL2NormEps);
+    }
+    warp_transpose_sums<kSums>(ss);
+    const float rstd = rsqrtf(ss[0] + kL2NormEps);  // of sum lane / kLanesPerSum
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float rq = __shfl_sync(0xffffffffu, rstd, kLanesPerSum * r);
+      const float rk = __shfl_sync(0xffffffffu, rstd, kLanesPerSum * (kRows + r));
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
         xq[r][e] *= rq;

@@ -156,6 +156,9 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   const int64_t c_begin = p.nseg > 1 ? seg * p.seg_chunks : 0;
   const int64_t c_end = p.nseg > 1 ? min(nchunks, c_begin + p.seg_chunks) : nchunks;
   const int64_t seg_index = seq_head * p.nseg + seg;  // (n * HV + hv) * nseg + seg
+  // The combine reads (Z_s | M_s) of segments s < nseg - 1 only: the last one's transition CTAs
+  // leave at once (the output pass computes its state from the state entering it).
+  if (kTransition && seg == p.nseg - 1) return;
 
   float s[kK / 8][4];  // S^T fragment, f32
   if constexpr (kTransition) {

@@ -16,25 +16,20 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// f32 -> tf32 operand bits (10-bit mantissa), round to nearest, ties away from zero: half a tf32
-// ulp (0x1000) is added to the bits of a finite x, and the tensor cores (mma.sync and wgmma) ignore
-// the low 13 bits of a tf32 operand, so the operand is the one cvt.rna.tf32.f32 gives, at two
-// instructions (FSETP, IADD) instead of three (cvt.rna also clears the low bits; CUTLASS calls
-// this rounding round_half_ulp_truncate). inf and NaN pass unchanged, as through cvt.rna. One edge
-// differs in the bits only: a finite |x| >= 0x7f7ff000 (the top 2^-11 of the f32 range; no bf16 or
-// f16 input gets there) becomes 0x7f800000 plus low bits, an inf to a truncating tensor core and
-// a NaN pattern as an f32, where cvt.rna gives 0x7f800000.
+// f32 -> tf32 operand bits (10-bit mantissa), round to nearest even, low 13 bits cleared:
+// cvt.rn.tf32.f32 (PTX ISA 7.8, sm_90), one F2FP.TF32 instruction on sm_90 (the ties-away add
+// of half an ulp with its inf / NaN test took two, FSETP and IADD). inf and NaN stay inf and NaN.
 __device__ __forceinline__ uint32_t to_tf32(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  return fabsf(x) < __uint_as_float(0x7f800000u) ? bits + 0x1000u : bits;
+  uint32_t r;
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
 }
 
 // x as a stored tf32 operand: the bits of to_tf32(x) kept in an f32 slot. Tiles whose every reader
 // is a tensor-core operand (the scan's wgmma B tiles) are stored this way, once per element by
 // their producer, and their reader passes the bits on (a bulk copy into shared memory) instead of
-// converting at every use: the same operand, bit for bit. The low 13 bits are not cleared (the
-// tensor cores ignore them), so the f32 value is within half a tf32 ulp of the operand: never read
-// it as an f32.
+// converting at every use: the same operand, bit for bit (an f32 value exactly representable in
+// tf32).
 __device__ __forceinline__ float tf32_operand(float x) {
   return __uint_as_float(to_tf32(x));
 }
@@ -66,6 +61,31 @@ __device__ __forceinline__ float warp_allreduce_sum(float x) {
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
+}
+
+// Sums of kN values (kN a power of two, 2 .. 32) over the 32 lanes: each butterfly step with
+// mask m halves the values a lane holds, keeping the half that its bit m selects and sending the
+// other half to its partner, so the kN sums take kN - 1 + log2(32 / kN) shuffles instead of
+// 5 kN. On return value v's sum is held by the lanes l with l / (32 / kN) == v, in x[0] (the
+// other entries are garbage); all of those lanes hold the bitwise same sum (each step adds the
+// same two operands on both partners). Every sum adds its own value index only.
+template <int kN>
+__device__ __forceinline__ void warp_transpose_sums(float (&x)[kN]) {
+  static_assert(kN >= 2 && kN <= 32 && (kN & (kN - 1)) == 0, "a power of two up to 32 values");
+  const unsigned lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = kN, m = 16; n > 1; n /= 2, m /= 2) {  // halving steps: masks 16, 8, ...
+    const bool upper = (lane & m) != 0;
+#pragma unroll
+    for (int j = 0; j < n / 2; ++j) {
+      const float keep = upper ? x[j + n / 2] : x[j];
+      const float send = upper ? x[j] : x[j + n / 2];
+      x[j] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+    }
+  }
+#pragma unroll
+  for (int m = 32 / kN / 2; m > 0; m /= 2)  // the lanes that share a value: full sums
+    x[0] += __shfl_xor_sync(0xffffffffu, x[0], m);
 }
 
 }  // namespace openkda::cuda::chunk_forward
