@@ -14,7 +14,7 @@ It runs the chunked algorithm of the CUDA kernels in float64 (chunk size 32 by d
 kernels' own; the same stages and intermediates: G cumsum, A_kk, A_qk, Tinv, w, u, qg, kg,
 gamma, then the state scan) with each workspace tensor rounded to a chosen format, and the
 scan's register operands (S and v_new) rounded to the tensor cores' operand format (tf32 today,
-round to nearest with ties away, as cvt.rna). Everything else stays float64: the prep's own
+round to nearest even, as cvt.rn). Everything else stays float64: the prep's own
 products (A_kk, A_qk, Tinv), and S between chunks (the kernel keeps it in f32). So it measures
 what the workspace and operand formats add, not the kernels' whole error. The last rows also
 round the prep's own product operands as the kernel forms them (16-row blocks anchored at their
@@ -59,17 +59,14 @@ def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
         e = np.where(m > 0, np.ceil(np.log2(np.where(m > 0, m, 1.0))), 0.0)
         return (np.ldexp(x, -e.astype(int)).astype(np.float16).astype(np.float64)
                 * np.ldexp(1.0, e.astype(int)))
-    # tf32: cvt.rna.tf32.f32 (ties away from zero); bf16: round to nearest even (as
-    # __float2bfloat16). Finite inputs only.
+    # tf32: cvt.rn.tf32.f32; bf16: __float2bfloat16. Both round to nearest even. Finite inputs
+    # only.
     bits = {"tf32": 13, "bf16": 16}[fmt]  # low mantissa bits of an f32 dropped
     f = x.astype(np.float32)
     u = f.view(np.uint32).astype(np.uint64)
     half = np.uint64(1 << (bits - 1))
-    if fmt == "tf32":
-        u = ((u + half) >> np.uint64(bits)) << np.uint64(bits)
-    else:
-        lsb = (u >> np.uint64(bits)) & np.uint64(1)
-        u = ((u + half - np.uint64(1) + lsb) >> np.uint64(bits)) << np.uint64(bits)
+    lsb = (u >> np.uint64(bits)) & np.uint64(1)
+    u = ((u + half - np.uint64(1) + lsb) >> np.uint64(bits)) << np.uint64(bits)
     return u.astype(np.uint32).view(np.float32).astype(np.float64)
 
 

@@ -283,10 +283,12 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   // NOTE: the A fragments must stay unchanged until their wgmma completes, so S^T is copied in
   // two halves of K (a wait in between) to bound the live registers (32 instead of 64). The copies
   // pass S^T's f32 bits, which the tensor core truncates to tf32, instead of rounding them to
-  // nearest: rounding took three instructions per element (64 per thread and chunk, on the serial
-  // chain), and dropping it made the scan 2-5 % faster with the same accuracy to three digits
-  // (o 1.72e-3, final state 3.6e-4 rel-RMS on the five benchmark cases; development A/B, eleventh
-  // session, chunk_fwd README). S^T itself stays f32; only this operand copy loses the low bits.
+  // nearest: rounding then took three instructions per element (64 per thread and chunk, on the
+  // serial chain), and dropping it made the scan 2-5 % faster with the same accuracy to three
+  // digits (o 1.72e-3, final state 3.6e-4 rel-RMS on the five benchmark cases; development A/B,
+  // eleventh session, chunk_fwd README). to_tf32 is one instruction now (cvt.rn, mma.cuh); the
+  // rounded copy has not been measured since. S^T itself stays f32; only this operand copy loses
+  // the low bits.
   static_assert(kNK % 2 == 0, "two halves of the k tiles");
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
