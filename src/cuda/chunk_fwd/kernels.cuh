@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   const auto bar_wq = [&](int b) { return bar0 + 8 * b; };
   const auto bar_rest = [&](int b) { return bar0 + 8 * (2 + b); };
   if (threadIdx.x == 0) {
-    if (p.v_src != VSource::kImageF32) prefetch_tensor_map(&p.v_map);
+    if (v_by_tensor_map(p.v_dtype)) prefetch_tensor_map(&p.v_map);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(bar_wq(b), 1);
       mbarrier_init(bar_rest(b), 1);

@@ -43,7 +43,6 @@ namespace {
 
 using chunk_forward::ChunkFwdParams;
 using chunk_forward::GateMode;
-using chunk_forward::VSource;
 using LaunchFn = cudaError_t (*)(const ChunkFwdParams&, cudaStream_t);
 
 constexpr const char* kOp = "chunk_kda";
@@ -57,8 +56,8 @@ struct Dims {
   int64_t BT = chunk_forward::kKernelChunk;  // the kernels' chunk
   int64_t h_BT = 64;                         // the caller's chunk_size: h's chunk
   bool varlen = false;
-  bool h = false;                      // h snapshots requested
-  VSource v_src = VSource::kImageF32;  // where the scan gets v (params.h)
+  bool h = false;      // h snapshots requested
+  bool v_map = false;  // the scan reads v by tensor-map boxes (params.h)
 };
 
 Dims dims_of(const ChunkFwdArgs& a) {
@@ -72,9 +71,7 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h_BT = a.chunk_size;
   d.varlen = a.cu_seqlens.defined();
   d.h = a.h.defined();
-  d.v_src = a.v.dtype == DType::kBF16  ? VSource::kTensorBF16
-            : a.v.dtype == DType::kF16 ? VSource::kTensorF16
-                                       : VSource::kImageF32;
+  d.v_map = chunk_forward::v_by_tensor_map(a.v.dtype);
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -166,7 +163,7 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
-  L.v_img = take(d.v_src == VSource::kImageF32 ? d.HV * L.slots * d.BT * d.V * 4 : 0);
+  L.v_img = take(!d.v_map ? d.HV * L.slots * d.BT * d.V * 4 : 0);
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
@@ -211,7 +208,6 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.beta = a.beta.data;
   p.qk_dtype = a.q.dtype;
   p.v_dtype = a.v.dtype;
-  p.v_src = d.v_src;
   p.g_dtype = a.g.dtype;
   p.beta_dtype = a.beta.dtype;
   if (a.use_gate_in_kernel) {
@@ -346,7 +342,7 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
                          " scan CTAs; expected at most 2^31 - 1 of each");
   }
   // A 16-bit v is read by tensor-map boxes, whose row coordinates are int32.
-  if (d.v_src != VSource::kImageF32 && d.B * d.T > kMaxGrid) {
+  if (d.v_map && d.B * d.T > kMaxGrid) {
     return not_supported("B T = " + std::to_string(d.B * d.T) + " tokens with a " +
                          dtype_label(a.v.dtype) + " v; expected at most 2^31 - 1");
   }
@@ -388,7 +384,7 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     return Status::Ok();
   }
   ChunkFwdParams p = make_params(a, d, L, ws);
-  if (p.v_src != VSource::kImageF32 && p.tokens > 0) {  // the scan's boxes of v: BT x 64
+  if (d.v_map && p.tokens > 0) {  // the scan's boxes of v: BT x 64
     OPENKDA_RETURN_IF_ERROR(cuda_status(
         encode_b16_rows_map(&p.v_map, a.v.data, static_cast<uint64_t>(p.tokens),
                             static_cast<uint64_t>(d.HV * d.V),

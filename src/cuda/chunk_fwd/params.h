@@ -34,7 +34,7 @@
 //                                      the scan's v_new = Tinv' (v - ke S) is the WY form's
 //                                      u - w S (u = Tinv' v, w = Tinv' ke), whose products the
 //                                      prep no longer computes
-//   v_img         f32 / f64 v only (v_src = kImageF32): the chunk's v rows in f32, [HV, slots,
+//   v_img         f32 / f64 v only (!v_by_tensor_map): the chunk's v rows in f32, [HV, slots,
 //                 V / 64, BT, 64] (XOR-swizzled columns; tile_image.h: v_image_index). A bf16 /
 //                 f16 v needs no copy: the scan loads its rows from v itself (v_map)
 //   gamma         [HV, slots, K]   exp2(G_last) of every chunk (slot = global chunk index)
@@ -59,14 +59,12 @@ enum class GateMode : int32_t {
       2,  // lower_bound * sigmoid(exp(A_log[hv]) * (g + dt_bias)); exp(A_log) -> 1 if null
 };
 
-// Where the scan gets the chunk's v rows: a 16-bit v from v itself, by tensor-map (TMA) boxes of
-// 32 rows x 64 columns (v_map; read with tile_image.h's v_box_offset), anything else from the
-// prep's f32 copy in the workspace (v_img).
-enum class VSource : int32_t {
-  kImageF32 = 0,    // f32 / f64 v: v_img
-  kTensorBF16 = 1,  // bf16 v: v_map
-  kTensorF16 = 2,   // f16 v: v_map
-};
+// Where the scan gets the chunk's v rows: a bf16 / f16 v (true) from v itself, by tensor-map (TMA)
+// boxes of 32 rows x 64 columns (v_map; read with tile_image.h's v_box_offset), an f32 / f64 v
+// (false) from the prep's f32 copy in the workspace (v_img).
+OPENKDA_HOST_DEVICE constexpr bool v_by_tensor_map(DType v_dtype) {
+  return v_dtype == DType::kBF16 || v_dtype == DType::kF16;
+}
 
 // Aligned as its tensor map (CUtensorMap: 128 bytes). The scan kernel takes it as a
 // __grid_constant__ parameter, whose address the TMA loads use.
@@ -83,9 +81,8 @@ struct ChunkFwdParams {
   const void* cu_seqlens = nullptr;
   DType qk_dtype = DType::kUndefined;
   DType v_dtype = DType::kUndefined;
-  VSource v_src = VSource::kImageF32;
-  // v viewed as [tokens, HV * V] 16-bit elements, boxes of BT rows x 64 columns (v_src !=
-  // kImageF32; launch.cu encodes it per call).
+  // v viewed as [tokens, HV * V] 16-bit elements, boxes of BT rows x 64 columns
+  // (v_by_tensor_map(v_dtype); launch.cu encodes it per call).
   CUtensorMap v_map{};
   DType g_dtype = DType::kUndefined;
   DType beta_dtype = DType::kUndefined;
@@ -141,7 +138,7 @@ struct ChunkFwdParams {
   float* kgT = nullptr;
   float* aqk = nullptr;
   float* tinv = nullptr;
-  float* v_img = nullptr;  // v_src = kImageF32 only
+  float* v_img = nullptr;  // !v_by_tensor_map(v_dtype) only
   float* gamma = nullptr;
   float* seg_state = nullptr;  // nseg > 1: [N, HV, nseg, K, V + K] (Z_s | M_s) of every segment
   float* seg_init = nullptr;   // nseg > 1: [N, HV, nseg, K, V] the state entering segment s >= 1

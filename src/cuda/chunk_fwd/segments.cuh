@@ -48,19 +48,6 @@ constexpr size_t combine_smem_bytes() {
 }
 static_assert(combine_smem_bytes<128>() <= kMaxDynamicSmem, "combine: two M_s buffers per CTA");
 
-// 4-byte asynchronous copy global -> shared (cp.async: the padded sM rows are not 16-byte aligned).
-__device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 template <int kK>
 __device__ __forceinline__ void combine_segments(const ChunkFwdParams& p) {
   constexpr int kRowThreads = kCombineThreads / kK;  // threads per state row (2 or 4)

@@ -136,7 +136,7 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t 
   constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKgT
   constexpr uint32_t kBTBytes = sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
-  const bool image = p.v_src == VSource::kImageF32;
+  const bool image = !v_by_tensor_map(p.v_dtype);
   const uint32_t v_bytes = (image ? 4 : 2) * Tr::kBT * kVs;  // f32 image or 16-bit boxes
   const int64_t at = tile * Tr::kBT * Tr::kK, at_bt = tile * Tr::kBT * Tr::kBT;
   mbarrier_expect_tx(bar_rest, (Tr::kTransition ? 1 : 2) * kBTBytes + kKBytes + kGammaBytes +
@@ -225,10 +225,10 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
 // 8 nn + t + 4 (e % 2), value column vl + 8 (e / 2)) from the REST buffer's sV: the prep's f32
 // image (v_image_index) or the tensor-map boxes of a 16-bit v (v_box_offset), widened exactly.
 template <class Tr>
-__device__ __forceinline__ void read_v_fragment(VSource src, const unsigned char* sV, int vl, int t,
-                                                float (&v)[Tr::kBT / 8][4]) {
+__device__ __forceinline__ void read_v_fragment(DType v_dtype, const unsigned char* sV, int vl,
+                                                int t, float (&v)[Tr::kBT / 8][4]) {
   constexpr int kNJ = Tr::kBT / 8;
-  if (src == VSource::kImageF32) {
+  if (!v_by_tensor_map(v_dtype)) {
     const float* f = reinterpret_cast<const float*>(sV);
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn)
@@ -237,7 +237,7 @@ __device__ __forceinline__ void read_v_fragment(VSource src, const unsigned char
         v[nn][e] = f[v_image_index<Tr::kBT>(8 * nn + t + 4 * (e % 2), vl + 8 * (e / 2))];
     return;
   }
-  const bool bf16 = src == VSource::kTensorBF16;
+  const bool bf16 = v_dtype == DType::kBF16;
 #pragma unroll
   for (int nn = 0; nn < kNJ; ++nn)
 #pragma unroll
@@ -323,7 +323,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[nn][e] = 0.0f;
   } else {
-    read_v_fragment<Tr>(p.v_src, rest + Tr::kRestV, vl, t, v);
+    read_v_fragment<Tr>(p.v_dtype, rest + Tr::kRestV, vl, t, v);
   }
   uint32_t ra[kNJ][4];
 #pragma unroll

@@ -146,12 +146,12 @@ __device__ __forceinline__ void write_v_image_v(const ChunkFwdParams& p, const C
   }
 }
 
-// The chunk's copy of v for the scan at its tile of the workspace: an f32 / f64 v only (p.v_src =
-// kImageF32); the scan loads a 16-bit v's rows from v itself (tensor-map boxes, state.cuh).
+// The chunk's copy of v for the scan at its tile of the workspace: an f32 / f64 v only; the scan
+// loads a bf16 / f16 v's rows from v itself (tensor-map boxes, state.cuh; v_by_tensor_map).
 template <class Tr>
 __device__ __forceinline__ void write_v_image(const ChunkFwdParams& p, const ChunkCoord& cc, int hv,
                                               int64_t tile) {
-  if (p.v_src != VSource::kImageF32) return;
+  if (v_by_tensor_map(p.v_dtype)) return;
   float* gV = p.v_img + tile * Tr::kBT * p.V;
   if (p.V == 64) {
     write_v_image_v<Tr, 64>(p, cc, hv, gV);

@@ -100,4 +100,19 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
+// Per-thread asynchronous copies (cp.async, sm_80+), for sources that one bulk copy cannot take
+// (the combine's padded rows, segments.cuh): 4 bytes global -> shared, grouped per thread by
+// cp_async_commit; cp_async_wait<n> returns once at most n of this thread's groups are pending.
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 }  // namespace openkda::cuda
