@@ -194,19 +194,28 @@ TEST(TimeSplit, FinalStateSharingTheInitialStateIsRefused) {
   }
 }
 
-// The CUDA scan reads a bf16 / f16 v by tensor-map boxes whose row coordinate is an int32 token
-// row: more than 2^31 - 1 tokens are refused with a 16-bit v, and not with an f32 one (whose rows
-// go through the workspace). Only can_implement runs: the tensors keep their small buffers.
-TEST(ChunkFwdCuda, TensorMapRowsAreBoundedForA16BitV) {
+// The CUDA prep reads q, k and g (unless one of them is f64) and the scan a bf16 / f16 v by
+// tensor-map boxes whose row coordinate is an int32 token row: more than 2^31 - 1 tokens are
+// refused when any box is read, naming what is read that way, and not when nothing is (f64 q, k,
+// g and an f32 v, whose rows go through the workspace). Only can_implement runs: the tensors keep
+// their small buffers.
+TEST(ChunkFwdCuda, TensorMapRowsAreBounded) {
   if (!openkda::build_config().cuda) GTEST_SKIP() << "no CUDA backend in this build";
-  for (const DType v_dtype : {DType::kBF16, DType::kF32}) {
+  struct Case {
+    DType qkg, v;
+    const char* refusal;  // nullptr: not refused
+  };
+  for (const Case& k : {Case{DType::kBF16, DType::kBF16, "with q, k and g in bf16 / bf16 (read by"},
+                        Case{DType::kF64, DType::kBF16, "with a bf16 v (read by"},
+                        Case{DType::kF64, DType::kF32, nullptr}}) {
     Config c;
     c.B = 1;
     c.T = 64;
     c.H = c.HV = 1;
     c.K = c.V = 64;
-    c.set_all_dtypes(DType::kBF16);
-    c.v_dtype = v_dtype;
+    c.set_all_dtypes(DType::kF32);
+    c.qk_dtype = c.g_dtype = k.qkg;
+    c.v_dtype = k.v;
     Inputs in = make_inputs(c);
     FwdOut out;
     out.o = HostTensor(DType::kBF16, {c.B, c.T, c.HV, c.V});
@@ -218,11 +227,12 @@ TEST(ChunkFwdCuda, TensorMapRowsAreBoundedForA16BitV) {
       t->stride[0] = kTokens * t->stride[1];
     }
     const openkda::Status s = openkda::can_implement(a);
-    const bool refused = HasSubstr(s.message(), "2147483648 tokens with a");
-    EXPECT_EQ(refused, v_dtype == DType::kBF16) << s.message();
+    const bool refused = HasSubstr(s.message(), "B T = 2147483648 tokens with");
+    EXPECT_EQ(refused, k.refusal != nullptr) << s.message();
     if (refused) {
       EXPECT_EQ(s.code(), openkda::StatusCode::kNotSupported);
-      EXPECT_TRUE(HasSubstr(s.message(), "bf16 v; expected at most 2^31 - 1")) << s.message();
+      EXPECT_TRUE(HasSubstr(s.message(), k.refusal)) << s.message();
+      EXPECT_TRUE(HasSubstr(s.message(), "expected at most 2^31 - 1")) << s.message();
     }
   }
 }

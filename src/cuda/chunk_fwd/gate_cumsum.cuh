@@ -17,7 +17,9 @@
 // owns rows w, w + kWarps, ...; lane l owns columns l * K / 32 .. (l + 1) * K / 32 - 1 (one vector
 // access per row). Cumsum: thread (part, d) with d = tid % K scans rows part * kCumRows .. +
 // kCumRows - 1 of column d in registers, then adds the sums of the parts above it, in order. Shared
-// memory: sQ, sK, sG, sBeta of PrepTraits; the cumsum uses kCumParts * K floats of sScr.
+// memory: sQ, sK, sG, sBeta of PrepTraits; the cumsum uses kCumParts * K floats of sScr. Unless an
+// input is f64, q, k and g arrive by one tensor-map box each (BT rows x K columns, their dtype) at
+// the start of sQ, sK and sG, on the mbarrier at kOffBar (issue_input_boxes).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@
 #include "cuda/chunk_fwd/chunk_index.cuh"
 #include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
+#include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/math.cuh"
 #include "cuda/common/vec.cuh"
 
@@ -124,10 +127,11 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
   }
 }
 
-// L2 prefetch of the chunk's g lines and beta (rows < nv only), issued before the q / k loads so
-// that the later g and beta loads hit L2. One 128-byte line per prefetch (K in {64, 128}: whole
-// lines for every dtype). Thread (row i, j), kThreads / BT threads per row, takes the row's lines
-// j, j + kThreads / BT, ...; lane j = 0 of a row also takes its beta.
+// L2 prefetch of the chunk's g lines (unless g comes by a tensor-map box) and beta (rows < nv
+// only), issued before the q / k loads so that the later g and beta loads hit L2. One 128-byte line
+// per prefetch (K in {64, 128}: whole lines for every dtype). Thread (row i, j), kThreads / BT
+// threads per row, takes the row's lines j, j + kThreads / BT, ...; lane j = 0 of a row also takes
+// its beta.
 template <class Tr>
 __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                       int hv) {
@@ -137,41 +141,51 @@ __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, c
             j = static_cast<int>(threadIdx.x) % kPerRow;
   if (i >= cc.nv) return;
   const int64_t tok_head = (cc.t0 + i) * p.HV + hv;
-  const int row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
-  const char* row = static_cast<const char*>(p.g) + tok_head * row_bytes;
-  for (int l = j; l < row_bytes / 128; l += kPerRow) prefetch_l2(row + 128 * l);
+  if (!inputs_by_tensor_map(p.qk_dtype, p.g_dtype)) {  // else g comes by a tensor-map box
+    const int row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
+    const char* row = static_cast<const char*>(p.g) + tok_head * row_bytes;
+    for (int l = j; l < row_bytes / 128; l += kPerRow) prefetch_l2(row + 128 * l);
+  }
   if (j == 0) {
     prefetch_l2(static_cast<const char*>(p.beta) +
                 tok_head * static_cast<int64_t>(dtype_size(p.beta_dtype)));
   }
 }
 
+// The chunk's rows of q, k and g as dense boxes [kBT][kK] of their dtype at the start of sQ, sK
+// and sG (inputs_by_tensor_map), on the mbarrier `bar`; by thread 0. Rows past the tokens read as
+// zero; rows past the chunk are whatever follows (load_chunk_inputs zeroes them).
+template <class Tr>
+__device__ __forceinline__ void issue_input_boxes(const ChunkFwdParams& p, const ChunkCoord& cc,
+                                                  int hv, float* sQ, float* sK, float* sG,
+                                                  uint32_t bar) {
+  const uint32_t qk_bytes = Tr::kBT * Tr::kK * static_cast<uint32_t>(dtype_size(p.qk_dtype));
+  const uint32_t g_bytes = Tr::kBT * Tr::kK * static_cast<uint32_t>(dtype_size(p.g_dtype));
+  const int h = hv / p.group, row = static_cast<int>(cc.t0);  // int32 rows: can_implement
+  mbarrier_init(bar, 1);
+  fence_mbarrier_init();
+  mbarrier_expect_tx(bar, 2 * qk_bytes + g_bytes);
+  tma_load_2d(smem_address(sQ), &p.q_map, h * Tr::kK, row, bar);
+  tma_load_2d(smem_address(sK), &p.k_map, h * Tr::kK, row, bar);
+  tma_load_2d(smem_address(sG), &p.g_map, hv * Tr::kK, row, bar);
+}
+
 // q, k (l2-normalised when requested), the gate activation g and beta of rows [0, kBT).
-// Warp w owns rows w + kWarps r (r < kRows); all its q and k loads are issued as one batch, then
-// all its g loads (prefetched to L2 by prefetch_chunk_inputs), then the per-row math, then beta
-// (also prefetched). Rows past the chunk load row 0 (always valid, nv >= 1) and are zeroed, so
-// every load is unconditional.
+// Warp w owns rows w + kWarps r (r < kRows). With inputs_by_tensor_map, thread 0 has issued the
+// input boxes on `bar` (issue_input_boxes) before this call: a first block barrier here publishes
+// the mbarrier's initialisation, every thread reads its values from the boxes and, after a second
+// block barrier, writes the f32 rows over them. Otherwise (an f64 input) all its q and k loads are
+// issued as one batch, then all its g loads (prefetched to L2 by prefetch_chunk_inputs). Then the
+// per-row math, then beta (also prefetched). Rows past the chunk load row 0 (always valid, nv >=
+// 1; with the boxes, their own rows) and are zeroed, so every load is unconditional.
 template <class Tr>
 __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                   int hv, float* sQ, float* sK, float* sG,
-                                                  float* sBeta) {
+                                                  float* sBeta, uint32_t bar) {
   constexpr int kPer = Tr::kK / 32;            // columns per lane
   constexpr int kRows = Tr::kBT / Tr::kWarps;  // rows per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int h = hv / p.group;
   const int d0 = lane * kPer;
-
-  int64_t qk_off[kRows], g_off[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = warp + Tr::kWarps * r;
-    const int64_t tok = cc.t0 + (i < cc.nv ? i : 0);
-    qk_off[r] = (tok * p.H + h) * Tr::kK + d0;
-    g_off[r] = (tok * p.HV + hv) * Tr::kK + d0;
-  }
-  float xq[kRows][kPer], xk[kRows][kPer], xg[kRows][kPer];
-  load_runs2<kRows, kPer>(p.q, p.k, p.qk_dtype, qk_off, xq, xk);
-  load_runs<kRows, kPer>(p.g, p.g_dtype, g_off, xg);
 
   // Gate parameters of this lane's columns (read only with the gate in kernel).
   float bias[kPer];
@@ -181,6 +195,30 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   if (p.gate_mode != GateMode::kPre) {
     if (p.dt_bias) load_scalars(p.dt_bias, p.dt_bias_dtype, int64_t{hv} * Tr::kK + d0, bias);
     if (p.A_log) head_factor = exp_f32(load_f32(p.A_log, p.A_log_dtype, hv));
+  }
+
+  const bool by_boxes = inputs_by_tensor_map(p.qk_dtype, p.g_dtype);
+  float xq[kRows][kPer], xk[kRows][kPer], xg[kRows][kPer];
+  if (by_boxes) {
+    int64_t box_off[kRows];  // element offsets in the boxes
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) box_off[r] = (warp + Tr::kWarps * r) * Tr::kK + d0;
+    __syncthreads();  // the mbarrier's initialisation (thread 0) before any wait on it
+    mbarrier_wait(bar, 0);
+    load_runs2<kRows, kPer>(sQ, sK, p.qk_dtype, box_off, xq, xk);
+    load_runs<kRows, kPer>(sG, p.g_dtype, box_off, xg);
+  } else {
+    const int h = hv / p.group;
+    int64_t qk_off[kRows], g_off[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = warp + Tr::kWarps * r;
+      const int64_t tok = cc.t0 + (i < cc.nv ? i : 0);
+      qk_off[r] = (tok * p.H + h) * Tr::kK + d0;
+      g_off[r] = (tok * p.HV + hv) * Tr::kK + d0;
+    }
+    load_runs2<kRows, kPer>(p.q, p.k, p.qk_dtype, qk_off, xq, xk);
+    load_runs<kRows, kPer>(p.g, p.g_dtype, g_off, xg);
   }
 
   // l2norm (rstd = rsqrt(sum x^2 + eps), MUFU.RSQ: 2 ulp), then the gate of every row with one
@@ -228,6 +266,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
       }
     }
   }
+  if (by_boxes) __syncthreads();  // every read of the boxes before the rows overwrite them
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int i = warp + Tr::kWarps * r;

@@ -67,10 +67,13 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 //   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace
 template <int kK, int kBT>
 __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, kBT>::kMinBlocks)
-    openkda_fwd_prep_kernel(const ChunkFwdParams p) {
+    openkda_fwd_prep_kernel(const __grid_constant__ ChunkFwdParams p) {
   using Tr = PrepTraits<kK, kBT>;
   extern __shared__ float4 smem_f4[];
-  float* smem = reinterpret_cast<float*>(smem_f4);
+  // The input boxes need 128-byte aligned destinations (kSmemBytes has the slack); an offset from
+  // smem_f4, so that the compiler still knows these are shared-memory pointers.
+  const uint32_t misalign = smem_address(smem_f4) % Tr::kAlign;
+  float* smem = reinterpret_cast<float*>(smem_f4) + (misalign ? Tr::kAlign - misalign : 0) / 4;
   float* sQ = smem + Tr::kOffQ;
   float* sK = smem + Tr::kOffK;
   float* sG = smem + Tr::kOffG;
@@ -88,9 +91,13 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   const int64_t tile = int64_t{hv} * p.slots + slot;  // index of the chunk's workspace tiles
   float* gAqk = p.aqk + tile * kBT * kBT;
 
-  // Stage 1: inputs, activations, G (g and beta rows are prefetched to L2 first).
+  // Stage 1: inputs, activations, G (q, k and g by tensor-map boxes, issued first; else g and
+  // beta rows prefetched to L2 first).
+  const uint32_t bar = smem_address(smem + Tr::kOffBar);
+  if (inputs_by_tensor_map(p.qk_dtype, p.g_dtype) && threadIdx.x == 0)
+    issue_input_boxes<Tr>(p, cc, hv, sQ, sK, sG, bar);
   prefetch_chunk_inputs<Tr>(p, cc, hv);
-  load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta);
+  load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta, bar);
   chunk_cumsum<Tr>(sG, sScr);
 
   // Stage 2: A_qk (-> workspace), A_kk (-> sA); meanwhile the warps without a block pair write

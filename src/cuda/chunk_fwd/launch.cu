@@ -56,8 +56,9 @@ struct Dims {
   int64_t BT = chunk_forward::kKernelChunk;  // the kernels' chunk
   int64_t h_BT = 64;                         // the caller's chunk_size: h's chunk
   bool varlen = false;
-  bool h = false;      // h snapshots requested
-  bool v_map = false;  // the scan reads v by tensor-map boxes (params.h)
+  bool h = false;              // h snapshots requested
+  bool v_map = false;          // the scan reads v by tensor-map boxes (params.h)
+  bool inputs_by_tma = false;  // the prep reads q, k and g by tensor-map boxes (params.h)
 };
 
 Dims dims_of(const ChunkFwdArgs& a) {
@@ -72,6 +73,7 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.varlen = a.cu_seqlens.defined();
   d.h = a.h.defined();
   d.v_map = chunk_forward::v_by_tensor_map(a.v.dtype);
+  d.inputs_by_tma = chunk_forward::inputs_by_tensor_map(a.q.dtype, a.g.dtype);
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -341,10 +343,15 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
                          " prep CTAs (chunk slots HV) and up to " + std::to_string(scan_ctas) +
                          " scan CTAs; expected at most 2^31 - 1 of each");
   }
-  // A 16-bit v is read by tensor-map boxes, whose row coordinates are int32.
-  if (d.v_map && d.B * d.T > kMaxGrid) {
-    return not_supported("B T = " + std::to_string(d.B * d.T) + " tokens with a " +
-                         dtype_label(a.v.dtype) + " v; expected at most 2^31 - 1");
+  // The prep's q, k and g (unless one of them is f64) and a 16-bit v are read by tensor-map
+  // boxes, whose row coordinates are int32.
+  if ((d.inputs_by_tma || d.v_map) && d.B * d.T > kMaxGrid) {
+    const std::string by = d.inputs_by_tma
+                               ? std::string("q, k and g in ") + dtype_label(a.q.dtype) + " / " +
+                                     dtype_label(a.g.dtype)
+                               : std::string("a ") + dtype_label(a.v.dtype) + " v";
+    return not_supported("B T = " + std::to_string(d.B * d.T) + " tokens with " + by +
+                         " (read by tensor-map boxes, int32 rows); expected at most 2^31 - 1");
   }
   // Under the time split the last segment's CTAs write the final state while the first segment's
   // may still be reading the initial state (the serial scan reads each column before it writes
@@ -390,6 +397,27 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
                             static_cast<uint64_t>(d.HV * d.V),
                             static_cast<uint64_t>(2 * d.HV * d.V), static_cast<uint32_t>(d.BT)),
         kOp, "tensor map of v"));
+  }
+
+  if (d.inputs_by_tma && p.tokens > 0) {  // the prep's boxes of q, k ([tokens, H K]), g
+    const auto rows = static_cast<uint64_t>(p.tokens);
+    const auto box_rows = static_cast<uint32_t>(d.BT), box_cols = static_cast<uint32_t>(d.K);
+    const auto qk_bytes = static_cast<uint32_t>(dtype_size(a.q.dtype));
+    const auto g_bytes = static_cast<uint32_t>(dtype_size(a.g.dtype));
+    const auto qk_cols = static_cast<uint64_t>(d.H * d.K),
+               g_cols = static_cast<uint64_t>(d.HV * d.K);
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(encode_dense_rows_map(&p.q_map, a.q.data, qk_bytes, rows, qk_cols,
+                                          qk_cols * qk_bytes, box_rows, box_cols),
+                    kOp, "tensor map of q"));
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(encode_dense_rows_map(&p.k_map, a.k.data, qk_bytes, rows, qk_cols,
+                                          qk_cols * qk_bytes, box_rows, box_cols),
+                    kOp, "tensor map of k"));
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(encode_dense_rows_map(&p.g_map, a.g.data, g_bytes, rows, g_cols,
+                                          g_cols * g_bytes, box_rows, box_cols),
+                    kOp, "tensor map of g"));
   }
 
   if (d.varlen) {

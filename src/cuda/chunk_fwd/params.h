@@ -66,7 +66,14 @@ OPENKDA_HOST_DEVICE constexpr bool v_by_tensor_map(DType v_dtype) {
   return v_dtype == DType::kBF16 || v_dtype == DType::kF16;
 }
 
-// Aligned as its tensor map (CUtensorMap: 128 bytes). The scan kernel takes it as a
+// Whether the prep reads q, k (qk_dtype) and g by tensor-map boxes (q_map, k_map, g_map): 2- and
+// 4-byte dtypes; an f64 input is read by per-thread loads instead (its box would not fit the f32
+// tile it lands in).
+OPENKDA_HOST_DEVICE constexpr bool inputs_by_tensor_map(DType qk_dtype, DType g_dtype) {
+  return qk_dtype != DType::kF64 && g_dtype != DType::kF64;
+}
+
+// Aligned as its tensor maps (CUtensorMap: 128 bytes). The prep and scan kernels take it as a
 // __grid_constant__ parameter, whose address the TMA loads use.
 struct ChunkFwdParams {
   // ---- inputs ----
@@ -84,6 +91,12 @@ struct ChunkFwdParams {
   // v viewed as [tokens, HV * V] 16-bit elements, boxes of BT rows x 64 columns
   // (v_by_tensor_map(v_dtype); launch.cu encodes it per call).
   CUtensorMap v_map{};
+  // inputs_by_tensor_map(qk_dtype, g_dtype): the prep loads its chunk's rows of q and k (viewed as
+  // [tokens, H * K]) and of g ([tokens, HV * K]) as dense boxes of BT rows x K columns into shared
+  // memory (launch.cu encodes the maps per call).
+  CUtensorMap q_map{};
+  CUtensorMap k_map{};
+  CUtensorMap g_map{};
   DType g_dtype = DType::kUndefined;
   DType beta_dtype = DType::kUndefined;
   DType A_log_dtype = DType::kUndefined;

@@ -59,6 +59,11 @@ struct PrepTraits {
   //   sA    [kBT][kLdA]  A_kk (strictly lower)      -> Tinv = (I + A_kk)^-1
   //   sBeta [kBT]        beta (post-activation; 0 on rows past the sequence)
   //   sScr  [kScratch]   cumsum partial sums, then the block-inverse products P_rc
+  //   bar   [kBarFloats] the mbarrier of the input boxes (inputs_by_tensor_map, params.h)
+  // With inputs_by_tensor_map the rows of q, k and g first land as dense boxes [kBT][kK] of their
+  // dtype (2 or 4 bytes) at the start of sQ, sK and sG (each 128-byte aligned, kAlign); every
+  // thread reads its values into registers and, after a block barrier, writes the f32 rows over
+  // them.
   static constexpr int kOffQ = 0;
   static constexpr int kOffK = kOffQ + kBT * kLdX;
   static constexpr int kOffG = kOffK + kBT * kLdX;
@@ -66,8 +71,13 @@ struct PrepTraits {
   static constexpr int kOffBeta = kOffA + kBT * kLdA;
   static constexpr int kOffScr = kOffBeta + kBT;
   static constexpr int kScratch = cmax((kNB - 1) * kSubChunk * kSubChunk, kCumParts* kK);
-  static constexpr int kSmemFloats = kOffScr + kScratch;
-  static constexpr size_t kSmemBytes = sizeof(float) * kSmemFloats;
+  static constexpr int kOffBar = kOffScr + kScratch;
+  static constexpr int kBarFloats = 4;  // one 8-byte mbarrier, keeping 16-byte alignment
+  static constexpr int kSmemFloats = kOffBar + kBarFloats;
+  // The TMA destinations need a 128-byte aligned base: the kernel rounds the dynamic shared
+  // memory's base up, within kAlign bytes of slack.
+  static constexpr int kAlign = 128;
+  static constexpr size_t kSmemBytes = sizeof(float) * kSmemFloats + kAlign;
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
   static_assert(kBT == 32, "thread count and occupancy planned for 32-token chunks");
@@ -80,6 +90,10 @@ struct PrepTraits {
   static_assert(kNB * (kNB + 1) / 2 < kWarps,
                 "intra products: one warp per block pair, and at least one warp for the zeros");
   static_assert(kBT * kBT == 4 * kThreads, "Tinv' image: one 16-byte chunk per thread");
+  static_assert((sizeof(float) * kOffK) % kAlign == 0 && (sizeof(float) * kOffG) % kAlign == 0,
+                "input boxes: sQ, sK and sG start 128-byte aligned");
+  static_assert(kBT * kK * 4 <= kBT * kLdX * 4, "a 4-byte input box fits its f32 tile");
+  static_assert((sizeof(float) * kOffBar) % 8 == 0, "the mbarrier is 8-byte aligned");
   static_assert(kSmemBytes <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
   static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024,
                 "kMinBlocks CTAs per multiprocessor (1 KB reserved per CTA)");

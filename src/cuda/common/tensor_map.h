@@ -21,4 +21,11 @@ namespace openkda::cuda {
 cudaError_t encode_b16_rows_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols,
                                 uint64_t row_bytes, uint32_t box_rows);
 
+// The same for elements of `elem_bytes` (2 or 4) bytes, read in dense boxes of box_rows x
+// box_cols (box_cols * elem_bytes a multiple of 16, box_cols <= 256): box row r lands at byte
+// r * box_cols * elem_bytes of a 128-byte aligned destination, unswizzled.
+cudaError_t encode_dense_rows_map(CUtensorMap* map, const void* base, uint32_t elem_bytes,
+                                  uint64_t rows, uint64_t cols, uint64_t row_bytes,
+                                  uint32_t box_rows, uint32_t box_cols);
+
 }  // namespace openkda::cuda
