@@ -13,13 +13,16 @@
 // The cumsum is exactly monotone: with every g <= 0, G_i <= G_j for i >= j in f32 (each partial
 // sum adds a non-positive term), so every exp2 argument of the later stages is <= 0.
 //
-// Grid mapping: one CTA (Tr::kThreads, 256 at BT = 32) per (chunk, value head). Row passes: warp w
-// owns rows w, w + kWarps, ...; lane l owns columns l * K / 32 .. (l + 1) * K / 32 - 1 (one vector
-// access per row). Cumsum: thread (part, d) with d = tid % K scans rows part * kCumRows .. +
-// kCumRows - 1 of column d in registers, then adds the sums of the parts above it, in order. Shared
-// memory: sQ, sK, sG, sBeta of PrepTraits; the cumsum uses kCumParts * K floats of sScr. Unless an
-// input is f64, q, k and g arrive by one tensor-map box each (BT rows x K columns, their dtype) at
-// the start of sQ, sK and sG, on the mbarrier at kOffBar (issue_input_boxes).
+// Grid mapping: one CTA (Tr::kThreads, 256 at BT = 32) per (chunk, value head). Warp w owns the
+// kRows = BT / kWarps consecutive rows kRows w .. kRows w + kRows - 1; lane l owns columns
+// l * K / 32 .. (l + 1) * K / 32 - 1 (one vector access per row). The cumsum runs on the same
+// registers: each warp scans its rows, publishes its column totals in sPart (the A tile's space,
+// free until stage 2), and after one block barrier adds the totals of the warps above it, in
+// order. So stage 1 needs no second pass over sG, and two block barriers after the loads instead
+// of four.
+// Shared memory: sQ, sK, sG, sBeta of PrepTraits, kWarps * K floats of sPart. Unless an input is
+// f64, q, k and g arrive by one tensor-map box each (BT rows x K columns, their dtype) at the
+// start of sQ, sK and sG, on the mbarrier at kOffBar (issue_input_boxes).
 #pragma once
 
 #include <cstdint>
@@ -63,6 +66,18 @@ __device__ __forceinline__ void store_run_smem(float* dst, const float (&x)[kPer
     *reinterpret_cast<float4*>(dst) = make_float4(x[0], x[1], x[2], x[3]);
   } else {
     *reinterpret_cast<float2*>(dst) = make_float2(x[0], x[1]);
+  }
+}
+
+template <int kPer>
+__device__ __forceinline__ void load_run_smem(const float* src, float (&x)[kPer]) {
+  static_assert(kPer == 2 || kPer == 4, "K / 32 columns per lane");
+  if constexpr (kPer == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
+    const float2 v = *reinterpret_cast<const float2*>(src);
+    x[0] = v.x, x[1] = v.y;
   }
 }
 
@@ -170,18 +185,21 @@ __device__ __forceinline__ void issue_input_boxes(const ChunkFwdParams& p, const
   tma_load_2d(smem_address(sG), &p.g_map, hv * Tr::kK, row, bar);
 }
 
-// q, k (l2-normalised when requested), the gate activation g and beta of rows [0, kBT).
-// Warp w owns rows w + kWarps r (r < kRows). With inputs_by_tensor_map, thread 0 has issued the
-// input boxes on `bar` (issue_input_boxes) before this call: a first block barrier here publishes
-// the mbarrier's initialisation, every thread reads its values from the boxes and, after a second
-// block barrier, writes the f32 rows over them. Otherwise (an f64 input) all its q and k loads are
-// issued as one batch, then all its g loads (prefetched to L2 by prefetch_chunk_inputs). Then the
-// per-row math, then beta (also prefetched). Rows past the chunk load row 0 (always valid, nv >=
-// 1; with the boxes, their own rows) and are zeroed, so every load is unconditional.
+// q, k (l2-normalised when requested), beta, and G (the gate activation's chunk-local cumsum,
+// log2 units) of rows [0, kBT). Warp w owns rows kRows w + r (r < kRows). With
+// inputs_by_tensor_map, thread 0 has issued the input boxes on `bar` (issue_input_boxes) before
+// this call: a first block barrier here publishes the mbarrier's initialisation and every thread
+// reads its values from the boxes. Otherwise (an f64 input) all its q and k loads are issued as
+// one batch, then all its g loads (prefetched to L2 by prefetch_chunk_inputs). Then the per-row
+// math and the warp's part of the cumsum; a block barrier (every read of the boxes done, every
+// warp's column totals in sPart); the offsets of the warps above; the f32 rows over the boxes;
+// beta (also prefetched). Rows past the chunk load row 0 (always valid, nv >= 1; with the boxes,
+// their own rows) and are zeroed, so every load is unconditional. Ends with a block barrier: sQ,
+// sK, sG and sBeta are visible to every thread on return, and sPart is free again.
 template <class Tr>
 __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                   int hv, float* sQ, float* sK, float* sG,
-                                                  float* sBeta, uint32_t bar) {
+                                                  float* sBeta, float* sPart, uint32_t bar) {
   constexpr int kPer = Tr::kK / 32;            // columns per lane
   constexpr int kRows = Tr::kBT / Tr::kWarps;  // rows per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -202,7 +220,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   if (by_boxes) {
     int64_t box_off[kRows];  // element offsets in the boxes
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) box_off[r] = (warp + Tr::kWarps * r) * Tr::kK + d0;
+    for (int r = 0; r < kRows; ++r) box_off[r] = (kRows * warp + r) * Tr::kK + d0;
     __syncthreads();  // the mbarrier's initialisation (thread 0) before any wait on it
     mbarrier_wait(bar, 0);
     load_runs2<kRows, kPer>(sQ, sK, p.qk_dtype, box_off, xq, xk);
@@ -212,7 +230,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     int64_t qk_off[kRows], g_off[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int i = warp + Tr::kWarps * r;
+      const int i = kRows * warp + r;
       const int64_t tok = cc.t0 + (i < cc.nv ? i : 0);
       qk_off[r] = (tok * p.H + h) * Tr::kK + d0;
       g_off[r] = (tok * p.HV + hv) * Tr::kK + d0;
@@ -260,19 +278,42 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   if (cc.nv < Tr::kBT) {  // a tail chunk (block-uniform branch: full chunks skip the selects)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (warp + Tr::kWarps * r >= cc.nv) {
+      if (kRows * warp + r >= cc.nv) {
 #pragma unroll
         for (int e = 0; e < kPer; ++e) xq[r][e] = xk[r][e] = xg[r][e] = 0.0f;
       }
     }
   }
-  if (by_boxes) __syncthreads();  // every read of the boxes before the rows overwrite them
+
+  // G = log2(e) * inclusive cumsum over the rows: the warp's rows in registers, then the column
+  // totals of the warps above, added in order (the same additions that produced the last row of
+  // the warp above, so G stays monotone across warp boundaries).
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = warp + Tr::kWarps * r;
+  for (int r = 1; r < kRows; ++r)
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) xg[r][e] += xg[r - 1][e];
+  store_run_smem<kPer>(sPart + warp * Tr::kK + d0, xg[kRows - 1]);
+  __syncthreads();  // the totals; and every read of the boxes before the rows overwrite them
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {  // q and k first: their registers are free for the offsets
+    const int i = kRows * warp + r;
     store_run_smem<kPer>(sQ + i * Tr::kLdX + d0, xq[r]);
     store_run_smem<kPer>(sK + i * Tr::kLdX + d0, xk[r]);
-    store_run_smem<kPer>(sG + i * Tr::kLdX + d0, xg[r]);
+  }
+  float off[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) off[e] = 0.0f;
+  for (int w = 0; w < warp; ++w) {
+    float part[kPer];
+    load_run_smem<kPer>(sPart + w * Tr::kK + d0, part);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) off[e] += part[e];
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) xg[r][e] = (off[e] + xg[r][e]) * kLog2e;
+    store_run_smem<kPer>(sG + (kRows * warp + r) * Tr::kLdX + d0, xg[r]);
   }
   // beta last: its line was prefetched to L2 at the start, so this is a short round trip.
   if (static_cast<int>(threadIdx.x) < Tr::kBT) {
@@ -281,31 +322,6 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
             ? beta_activation(load_f32(p.beta, p.beta_dtype, (cc.t0 + threadIdx.x) * p.HV + hv),
                               p.beta_sigmoid, p.beta_scale)
             : 0.0f;
-  }
-}
-
-// sG <- log2(e) * inclusive cumsum over the rows (in place). Starts and ends with a block barrier
-// (the caller's writes of sG become visible; the result is visible to every thread on return).
-template <class Tr>
-__device__ __forceinline__ void chunk_cumsum(float* sG, float* sPart) {
-  constexpr int kRows = Tr::kCumRows;
-  const int d = threadIdx.x % Tr::kK;
-  const int part = threadIdx.x / Tr::kK;
-  __syncthreads();
-  float x[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) x[r] = sG[(part * kRows + r) * Tr::kLdX + d];
-#pragma unroll
-  for (int r = 1; r < kRows; ++r) x[r] += x[r - 1];
-  sPart[part * Tr::kK + d] = x[kRows - 1];
-  __syncthreads();
-  // Offset of this part: sum of the parts above it, in order (the same additions that produced
-  // the last row of the part above, so G stays monotone across part boundaries).
-  float off = 0.0f;
-  for (int q = 0; q < part; ++q) off += sPart[q * Tr::kK + d];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    sG[(part * kRows + r) * Tr::kLdX + d] = (off + x[r]) * kLog2e;
   }
   __syncthreads();
 }

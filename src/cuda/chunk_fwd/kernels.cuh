@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 
 // ---- prep: one CTA per (chunk, value head) ---------------------------------------------------
 // Shared memory lifetimes (PrepTraits):
-//   load -> cumsum -> intra         sQ = q, sK = k, sG = G, sA = A_kk, sBeta; qg, ke, kg, gamma ->
+//   load (+ cumsum)                 sQ = q, sK = k, sG = G, sBeta; sA = the warps' column totals
+//   intra                           sA = A_kk; qg, ke, kg, gamma ->
 //                                   workspace (free warps)
 //   inverse                         sA <- Tinv (diagonal blocks, then sScr = P_rc)
 //   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace
@@ -97,8 +98,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   if (inputs_by_tensor_map(p.qk_dtype, p.g_dtype) && threadIdx.x == 0)
     issue_input_boxes<Tr>(p, cc, hv, sQ, sK, sG, bar);
   prefetch_chunk_inputs<Tr>(p, cc, hv);
-  load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta, bar);
-  chunk_cumsum<Tr>(sG, sScr);
+  load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta, sA, bar);  // sA: the cumsum's totals
 
   // Stage 2: A_qk (-> workspace), A_kk (-> sA); meanwhile the warps without a block pair write
   // the zero blocks and qg, ke, kg^T, gamma (q, k, G read for the last time).

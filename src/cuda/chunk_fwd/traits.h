@@ -23,10 +23,6 @@ namespace openkda::cuda::chunk_forward {
 constexpr int kSubChunk = 16;                // rows of the sub-chunk blocks of A_qk / A_kk
 constexpr int kMaxDynamicSmem = 227 * 1024;  // per block on H100 / H200
 
-constexpr int cmax(int a, int b) {
-  return a > b ? a : b;
-}
-
 template <int kK_, int kBT_>
 struct PrepTraits {
   static constexpr int kK = kK_;    // q/k head dim
@@ -48,17 +44,14 @@ struct PrepTraits {
   static constexpr int kLdX = kK + 4;
   static constexpr int kLdA = kBT + 8;
 
-  // Cumsum over the chunk rows: kCumParts threads per column, kCumRows rows each.
-  static constexpr int kCumParts = kThreads / kK;
-  static constexpr int kCumRows = kBT / kCumParts;
-
   // ---- shared memory plan (floats); lifetimes in kernels.cuh ----
   //   sQ    [kBT][kLdX]  q (l2-normalised)
   //   sK    [kBT][kLdX]  k (l2-normalised)
   //   sG    [kBT][kLdX]  gate g                     -> G (log2 chunk-local cumsum)
-  //   sA    [kBT][kLdA]  A_kk (strictly lower)      -> Tinv = (I + A_kk)^-1
+  //   sA    [kBT][kLdA]  the cumsum's column totals [kWarps][kK] -> A_kk (strictly lower)
+  //                      -> Tinv = (I + A_kk)^-1
   //   sBeta [kBT]        beta (post-activation; 0 on rows past the sequence)
-  //   sScr  [kScratch]   cumsum partial sums, then the block-inverse products P_rc
+  //   sScr  [kScratch]   the block-inverse products P_rc
   //   bar   [kBarFloats] the mbarrier of the input boxes (inputs_by_tensor_map, params.h)
   // With inputs_by_tensor_map the rows of q, k and g first land as dense boxes [kBT][kK] of their
   // dtype (2 or 4 bytes) at the start of sQ, sK and sG (each 128-byte aligned, kAlign); every
@@ -70,7 +63,7 @@ struct PrepTraits {
   static constexpr int kOffA = kOffG + kBT * kLdX;
   static constexpr int kOffBeta = kOffA + kBT * kLdA;
   static constexpr int kOffScr = kOffBeta + kBT;
-  static constexpr int kScratch = cmax((kNB - 1) * kSubChunk * kSubChunk, kCumParts* kK);
+  static constexpr int kScratch = (kNB - 1) * kSubChunk * kSubChunk;
   static constexpr int kOffBar = kOffScr + kScratch;
   static constexpr int kBarFloats = 4;  // one 8-byte mbarrier, keeping 16-byte alignment
   static constexpr int kSmemFloats = kOffBar + kBarFloats;
@@ -85,8 +78,8 @@ struct PrepTraits {
   static_assert(kOffK % 4 == 0 && kOffG % 4 == 0 && kOffA % 4 == 0 && kOffBeta % 4 == 0 &&
                     kOffScr % 4 == 0,
                 "every tile starts 16-byte aligned");
-  static_assert(kThreads % kK == 0 && kBT % kCumParts == 0, "cumsum: whole columns per thread");
   static_assert(kBT % kWarps == 0, "whole rows per warp in the row-wise passes");
+  static_assert(kWarps * kK <= kBT * kLdA, "the cumsum's column totals fit in sA");
   static_assert(kNB * (kNB + 1) / 2 < kWarps,
                 "intra products: one warp per block pair, and at least one warp for the zeros");
   static_assert(kBT * kBT == 4 * kThreads, "Tinv' image: one 16-byte chunk per thread");
