@@ -31,6 +31,10 @@
 #   OPENKDA_BENCH_CHUNK_ARGS extra bench_chunk_fwd.py arguments (e.g. "--fla-cases B1-T8192-H96")
 #   OPENKDA_COMMIT           commit id written into the reports when .git did not travel
 #   OPENKDA_SKIP=...         space-separated step names to skip (e.g. "racecheck bench")
+#   OPENKDA_STEP_LIMITS=...  space-separated name=seconds time limits in place of the defaults
+#                            below (e.g. "bench_chunk=240 memcheck=60"); an optional step is
+#                            skipped when its limit would pass the deadline, so realistic limits
+#                            let more of them run in a short session
 #
 # Carrying files to a machine without network (run here, in the repository root):
 #   FLA wheels:  mkdir -p .whl && cp /path/to/fla_core-0.6.0-*.whl .whl/   (carry ".whl")
@@ -79,7 +83,15 @@ declare -A STATUS
 run_step() {
   local name=$1 kind=$2 limit=$3 log=$4
   shift 4
-  local t=$SECONDS st
+  local t=$SECONDS st override
+  for override in ${OPENKDA_STEP_LIMITS:-}; do
+    [[ ${override%%=*} == "$name" ]] || continue
+    limit=${override#*=}
+    if [[ ! $limit =~ ^[0-9]+$ ]]; then
+      echo "OPENKDA_STEP_LIMITS: '$override': expected name=seconds" >&2
+      exit 2
+    fi
+  done
   if [[ " ${OPENKDA_SKIP:-} " == *" $name "* ]]; then
     st="SKIP (OPENKDA_SKIP)"
   elif [[ $kind == optional && $((SECONDS + limit)) -gt $DEADLINE ]]; then
