@@ -165,7 +165,7 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
-  L.v_img = take(!d.v_map ? d.HV * L.slots * d.BT * d.V * 4 : 0);
+  L.v_img = take(!d.v_map ? d.HV * L.slots * d.BT * d.V * int64_t{sizeof(float)} : 0);
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;

@@ -16,10 +16,11 @@
 namespace openkda::cuda {
 
 // What the CUDA kernels add to the core's validation (which the args must already pass): K and V
-// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g/o (32 for f64), grids
-// that fit, and, when the scan is split in time (few state chains; segments.cuh),
-// final_state not sharing memory with initial_state. kNotSupported with a message naming the value
-// and the supported choices otherwise.
+// in {64, 128}, final_state f32, 16-byte aligned q/k/v/g/o (32 for f64), grids that fit, at most
+// 2^31 - 1 tokens (B T) when any input is read by tensor-map boxes (int32 rows: q, k and g unless
+// one is f64, a bf16 / f16 v), and, when the scan is split in time (few state chains;
+// segments.cuh), final_state not sharing memory with initial_state. kNotSupported with a message
+// naming the value and the supported choices otherwise.
 Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 
 // Bytes of scratch chunk_fwd needs (the f32 intermediates of every chunk slot and value head, as
