@@ -193,12 +193,13 @@ entries = re.findall(r"Compiling entry function '(\w+)' for '(\w+)'.*?Used (\d+)
                      r"(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?", text, re.S)
 spills = [l for l in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
           if l != ("0", "0")]
+serialized = re.findall(r"wgmma.mma_async instructions are serialized", text)
 if not entries:
     print("ptxas: no resource report found"); sys.exit(0)
 regs = [int(e[2]) for e in entries]
 archs = sorted({e[1] for e in entries})
 print(f"ptxas: {len(entries)} kernels for {', '.join(archs)}; registers {min(regs)}..{max(regs)}; "
-      f"non-zero spills: {len(spills)}")
+      f"non-zero spills: {len(spills)}; serialised wgmma: {len(serialized)}")
 EOF
 }
 
