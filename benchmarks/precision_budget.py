@@ -4,11 +4,11 @@ The CUDA forward hands its chunk intermediates from the prep kernel to the scan 
 workspace in f32 (tf32-rounded where only tensor cores read them; 1.4 GB at B=1, T=8192, H=96,
 src/cuda/chunk_fwd/README.md). This script was written when those were w, u, qg, kg and A_qk (the
 WY form, until the fourteenth session); the kernels now pass ke = k E and Tinv' instead of w and u
-(the scan reads a 16-bit v itself), and form v_new = Tinv' (v - ke S) in the scan. It still models the WY form,
-so its rows for w and u are not measurements of ke and Tinv' (ke is bounded like kg, |ke| <= |k|;
-Tinv' would need its own row scale in f16: chunk_fwd README, fourteenth session). It asks which
-narrower formats keep the issue's accuracy bar (rel-RMS <= 5e-3 against a float64 reference)
-before any kernel is written for them.
+(the scan reads a 16-bit v itself), and form v_new = Tinv' (v - ke S) in the scan. It still
+models the WY form, so its rows for w and u are not measurements of ke and Tinv' (ke is bounded
+like kg, |ke| <= |k|; Tinv' would need its own row scale in f16: chunk_fwd README, fourteenth
+session). It asks which narrower formats keep the issue's accuracy bar (rel-RMS <= 5e-3 against a
+float64 reference) before any kernel is written for them.
 
 It runs the chunked algorithm of the CUDA kernels in float64 (chunk size 32 by default, the
 kernels' own; the same stages and intermediates: G cumsum, A_kk, A_qk, Tinv, w, u, qg, kg,

@@ -69,18 +69,6 @@ __device__ __forceinline__ void store_run_smem(float* dst, const float (&x)[kPer
   }
 }
 
-template <int kPer>
-__device__ __forceinline__ void load_run_smem(const float* src, float (&x)[kPer]) {
-  static_assert(kPer == 2 || kPer == 4, "K / 32 columns per lane");
-  if constexpr (kPer == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(src);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  } else {
-    const float2 v = *reinterpret_cast<const float2*>(src);
-    x[0] = v.x, x[1] = v.y;
-  }
-}
-
 // kRows runs of kPer elements (at element offsets off[r]) of one run-time dtype, converted to f32.
 // The dtype switch sits outside the row loop so that every load of the batch is issued before the
 // first conversion waits on one (one memory round trip per batch instead of one per row).
@@ -304,10 +292,9 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
 #pragma unroll
   for (int e = 0; e < kPer; ++e) off[e] = 0.0f;
   for (int w = 0; w < warp; ++w) {
-    float part[kPer];
-    load_run_smem<kPer>(sPart + w * Tr::kK + d0, part);
+    const Pack<float, kPer> part = load_pack<float, kPer>(sPart + w * Tr::kK + d0);
 #pragma unroll
-    for (int e = 0; e < kPer; ++e) off[e] += part[e];
+    for (int e = 0; e < kPer; ++e) off[e] += part.v[e];
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {

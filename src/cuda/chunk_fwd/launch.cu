@@ -400,24 +400,19 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
   }
 
   if (d.inputs_by_tma && p.tokens > 0) {  // the prep's boxes of q, k ([tokens, H K]), g
-    const auto rows = static_cast<uint64_t>(p.tokens);
-    const auto box_rows = static_cast<uint32_t>(d.BT), box_cols = static_cast<uint32_t>(d.K);
-    const auto qk_bytes = static_cast<uint32_t>(dtype_size(a.q.dtype));
-    const auto g_bytes = static_cast<uint32_t>(dtype_size(a.g.dtype));
-    const auto qk_cols = static_cast<uint64_t>(d.H * d.K),
-               g_cols = static_cast<uint64_t>(d.HV * d.K);
-    OPENKDA_RETURN_IF_ERROR(
-        cuda_status(encode_dense_rows_map(&p.q_map, a.q.data, qk_bytes, rows, qk_cols,
-                                          qk_cols * qk_bytes, box_rows, box_cols),
-                    kOp, "tensor map of q"));
-    OPENKDA_RETURN_IF_ERROR(
-        cuda_status(encode_dense_rows_map(&p.k_map, a.k.data, qk_bytes, rows, qk_cols,
-                                          qk_cols * qk_bytes, box_rows, box_cols),
-                    kOp, "tensor map of k"));
-    OPENKDA_RETURN_IF_ERROR(
-        cuda_status(encode_dense_rows_map(&p.g_map, a.g.data, g_bytes, rows, g_cols,
-                                          g_cols * g_bytes, box_rows, box_cols),
-                    kOp, "tensor map of g"));
+    // x viewed as [tokens, heads K] rows of its dtype, boxes of BT rows x K columns.
+    const auto encode_input = [&](CUtensorMap* map, const TensorRef& x, int64_t heads,
+                                  const char* what) {
+      const auto bytes = static_cast<uint32_t>(dtype_size(x.dtype));
+      const auto cols = static_cast<uint64_t>(heads * d.K);
+      return cuda_status(encode_dense_rows_map(map, x.data, bytes, static_cast<uint64_t>(p.tokens),
+                                               cols, cols * bytes, static_cast<uint32_t>(d.BT),
+                                               static_cast<uint32_t>(d.K)),
+                         kOp, what);
+    };
+    OPENKDA_RETURN_IF_ERROR(encode_input(&p.q_map, a.q, d.H, "tensor map of q"));
+    OPENKDA_RETURN_IF_ERROR(encode_input(&p.k_map, a.k, d.H, "tensor map of k"));
+    OPENKDA_RETURN_IF_ERROR(encode_input(&p.g_map, a.g, d.HV, "tensor map of g"));
   }
 
   if (d.varlen) {

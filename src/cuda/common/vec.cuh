@@ -1,5 +1,6 @@
-// Vectorised global-memory access: N consecutive elements moved as one aligned pack, so a thread
-// issues 16-byte loads and stores (8 x bf16/f16, or 2 x 16 B for f32) instead of N narrow ones.
+// Vectorised global- or shared-memory access: N consecutive elements moved as one aligned pack,
+// so a thread issues 16-byte loads and stores (8 x bf16/f16, or 2 x 16 B for f32) instead of N
+// narrow ones.
 //
 // The caller guarantees that `ptr` is aligned to sizeof(Pack<T, N>) (launchers check the base
 // pointers and pick N = 1 otherwise).
