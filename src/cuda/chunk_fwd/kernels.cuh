@@ -218,6 +218,11 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     scan_load_rest<Tr, kVs>(p, tile0, span.bos + c_begin * kBT, hv, v0, with_v,
                             smem + Tr::rest_offset(0, kVs), bar_rest(0));
   }
+  // With two warpgroups (vs = 128) chunk c's o is stored while chunk c + 1's X^T / O^T products
+  // run (their stores contend for the LSU; scan -4 % at B1-T8192-H96); with one it is stored at
+  // once (the stores then wait on nothing else, and holding o costs 16 registers).
+  constexpr bool kLateO = !kTransition && kVs == 128;
+  float o_prev[kBT / 8][4];  // with kLateO: the previous chunk's o
   for (int k = 0; k < nk; ++k) {
     const int64_t c = c_begin + k;
     const int64_t t0 = span.bos + c * kBT;
@@ -230,8 +235,13 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
         store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
     }
     mbarrier_wait(bar_wq(w), static_cast<uint32_t>((k / kWq) & 1));  // WQ(c)
+    float o[kBT / 8][4];
     scan_step<Tr, kVs>(
-        p, hv, t0, nv, v0, m_part, smem, Tr::wq_offset(w), Tr::rest_offset(b, kVs), s, [&]() {
+        p, t0, nv, v0, m_part, smem, Tr::wq_offset(w), Tr::rest_offset(b, kVs), s, o,
+        [&]() {  // chunk c - 1's o, while chunk c's first products run
+          if (kLateO && k > 0) store_o<Tr, kVs>(p, hv, t0 - kBT, kBT, v0, o_prev);
+        },
+        [&]() {
           __syncthreads();  // WQ buffer w and REST buffer 1 - b are free (see above)
           if (threadIdx.x == 0) {
             // In the order of their first reads: with one WQ buffer WQ(c + 1) (top of chunk c + 1)
@@ -245,6 +255,19 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
           }
           mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k >> 1) & 1));  // REST(c)
         });
+    if constexpr (kLateO) {
+#pragma unroll
+      for (int nn = 0; nn < kBT / 8; ++nn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_prev[nn][e] = o[nn][e];
+    } else if constexpr (!kTransition) {
+      store_o<Tr, kVs>(p, hv, t0, nv, v0, o);
+    }
+  }
+  if (kLateO && nk > 0) {  // the last chunk's o
+    const int64_t c_last = c_end - 1;
+    store_o<Tr, kVs>(p, hv, span.bos + c_last * kBT,
+                     static_cast<int>(min(int64_t{kBT}, span.len - c_last * kBT)), v0, o_prev);
   }
   if constexpr (kTransition) {
     store_state<kK>(p.seg_state, DType::kF32, seg_index * kK * int64_t{p.V + kK}, p.V + kK, false,

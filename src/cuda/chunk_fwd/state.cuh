@@ -248,18 +248,48 @@ __device__ __forceinline__ void read_v_fragment(DType v_dtype, const unsigned ch
     }
 }
 
+// Chunk rows i < nv of o (from row t0 of value head hv) from this warp's O^T tile `o` (one dtype
+// switch per chunk). With two warpgroups the kernel calls it one chunk late, while the next chunk's
+// X^T / O^T products run, so that the stores' shuffles and address math leave the serial chain.
+template <class Tr, int kVs>
+__device__ __forceinline__ void store_o(const ChunkFwdParams& p, int hv, int64_t t0, int nv, int v0,
+                                        const float (&o)[Tr::kBT / 8][4]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t o_warp = (t0 * p.HV + hv) * int64_t{p.V} + v0 + Tr::kWarpRows * warp;
+  const int64_t o_base = o_warp + g;
+  // NOTE: the packed stores (fewer, wider) pay off with two warpgroups (scan 0.92 -> 0.88 ms at
+  // B1-T8192-H96), whose stores contend for the LSU; with one warpgroup (vs = 64) the movmatrix
+  // and shuffle latency sits on the serial chain instead (B1-T65536-H16: 5.53 -> 5.73 ms).
+  const auto store_2byte = [&](auto zero) {  // bf16 / f16 o (the element type of `zero`)
+    using T = decltype(zero);
+    if constexpr (kVs == 128) {
+      store_o_rows_b16<T>(p, o_warp, nv, o);
+    } else {
+      store_o_rows<T>(p, o_base, t, nv, o);
+    }
+  };
+  switch (p.o_dtype) {
+    case DType::kBF16: store_2byte(__nv_bfloat16{}); break;
+    case DType::kF16: store_2byte(__half{}); break;
+    case DType::kF64: store_o_rows<double>(p, o_base, t, nv, o); break;
+    default: store_o_rows<float>(p, o_base, t, nv, o); break;
+  }
+}
+
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
-// i < nv are written. On entry sKe and sQg (the WQ buffer at byte `wq_off`) hold the chunk's tiles
-// (the caller waited on their bulk copies' mbarrier); `mid()` is called by every thread right after
-// the last read of sKe / sQg and must return with sA, sTinv, sKgT, sGamma and sV of the chunk
-// visible in the REST buffer at byte `rest_off` the same way (the kernel's pipeline: it refills
-// that WQ buffer and the other REST buffer there). The transition pass (Tr::kTransition,
-// segments.cuh) computes only X^T, v_new and the state update, with v = 0 on the M columns
-// (m_part) and no o.
-template <class Tr, int kVs, class Mid>
-__device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64_t t0, int nv,
-                                          int v0, bool m_part, const unsigned char* smem,
-                                          int wq_off, int rest_off, float (&s)[Tr::kK / 8][4],
+// i < nv come back in o_out (the caller stores them: store_o). On entry sKe and sQg (the WQ buffer
+// at byte `wq_off`) hold the chunk's tiles (the caller waited on their bulk copies' mbarrier);
+// `mid()` is called by every thread right after the last read of sKe / sQg and must return with sA,
+// sTinv, sKgT, sGamma and sV of the chunk visible in the REST buffer at byte `rest_off` the same
+// way (the kernel's pipeline: it refills that WQ buffer and the other REST buffer there). The
+// transition pass (Tr::kTransition, segments.cuh) computes only X^T, v_new and the state update,
+// with v = 0 on the M columns (m_part) and no o. `during_xo()` is called by every thread while the
+// X^T / O^T products run; it must not touch this chunk's tiles or accumulators.
+template <class Tr, int kVs, class DuringXO, class Mid>
+__device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, int nv, int v0,
+                                          bool m_part, const unsigned char* smem, int wq_off,
+                                          int rest_off, float (&s)[Tr::kK / 8][4],
+                                          float (&o_out)[Tr::kBT / 8][4], DuringXO&& during_xo,
                                           Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
@@ -280,33 +310,30 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   for (int nn = 0; nn < kNJ; ++nn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[nn][e] = o[nn][e] = 0.0f;
-  // NOTE: the A fragments must stay unchanged until their wgmma completes, so S^T is copied in
-  // two halves of K (a wait in between) to bound the live registers (32 instead of 64). The copies
-  // pass S^T's f32 bits, which the tensor core truncates to tf32, instead of rounding them to
-  // nearest: rounding then took three instructions per element (64 per thread and chunk, on the
-  // serial chain), and dropping it made the scan 2-5 % faster with the same accuracy to three
-  // digits (o 1.72e-3, final state 3.6e-4 rel-RMS on the five benchmark cases; development A/B,
-  // eleventh session, chunk_fwd README). to_tf32 is one instruction now (cvt.rn, mma.cuh); the
-  // rounded copy has not been measured since. S^T itself stays f32; only this operand copy loses
-  // the low bits.
-  static_assert(kNK % 2 == 0, "two halves of the k tiles");
+  // NOTE: the A fragments must stay unchanged until their wgmma completes; all K / 8 of them are
+  // live through one commit group (one wait per chunk here instead of two: ptxas places the 64
+  // registers without spills or serialisation at K = 128; with the late o store, scan 0.530 ->
+  // 0.506 ms at B1-T8192-H96 in a development A/B, twentieth session). The copies pass S^T's f32
+  // bits, which the tensor core truncates to tf32, instead of rounding them to nearest: rounding
+  // then took three instructions per element (64 per thread and chunk, on the serial chain), and
+  // dropping it made the scan 2-5 % faster with the same accuracy to three digits (o 1.72e-3, final
+  // state 3.6e-4 rel-RMS on the five benchmark cases; development A/B, eleventh session, chunk_fwd
+  // README). to_tf32 is one instruction now (cvt.rn, mma.cuh); the rounded copy has not been
+  // measured since. S^T itself stays f32; only this operand copy loses the low bits.
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  uint32_t a[kNK][4];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    uint32_t a[kNK / 2][4];
+  for (int kk = 0; kk < kNK; ++kk) a_from_acc<false>(s[kk], a[kk]);
+  wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kNK / 2; ++kk) a_from_acc<false>(s[half * kNK / 2 + kk], a[kk]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kNK / 2; ++kk) {
-      const int k = half * kNK / 2 + kk;
-      wgmma_tf32<Tr::kBT>(&x[0][0], a[kk], wgmma_desc_step<Tr::kBT>(dKe, k));
-      if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[kk], wgmma_desc_step<Tr::kBT>(dQg, k));
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
+  for (int k = 0; k < kNK; ++k) {
+    wgmma_tf32<Tr::kBT>(&x[0][0], a[k], wgmma_desc_step<Tr::kBT>(dKe, k));
+    if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[k], wgmma_desc_step<Tr::kBT>(dQg, k));
   }
+  wgmma_commit();
+  during_xo();
+  wgmma_wait<0>();
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 
@@ -386,26 +413,10 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int hv, int64
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
   if constexpr (kOut) {
-    // o rows i < nv (one dtype switch per chunk).
-    const int64_t o_warp = (t0 * p.HV + hv) * int64_t{p.V} + v0 + Tr::kWarpRows * warp;
-    const int64_t o_base = o_warp + g;
-    // NOTE: the packed stores (fewer, wider) pay off with two warpgroups (scan 0.92 -> 0.88 ms at
-    // B1-T8192-H96), whose stores contend for the LSU; with one warpgroup (vs = 64) the movmatrix
-    // and shuffle latency sits on the serial chain instead (B1-T65536-H16: 5.53 -> 5.73 ms).
-    const auto store_2byte = [&](auto zero) {  // bf16 / f16 o (the element type of `zero`)
-      using T = decltype(zero);
-      if constexpr (kVs == 128) {
-        store_o_rows_b16<T>(p, o_warp, nv, o);
-      } else {
-        store_o_rows<T>(p, o_base, t, nv, o);
-      }
-    };
-    switch (p.o_dtype) {
-      case DType::kBF16: store_2byte(__nv_bfloat16{}); break;
-      case DType::kF16: store_2byte(__half{}); break;
-      case DType::kF64: store_o_rows<double>(p, o_base, t, nv, o); break;
-      default: store_o_rows<float>(p, o_base, t, nv, o); break;
-    }
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_out[nn][e] = o[nn][e];
   }
 }
 
