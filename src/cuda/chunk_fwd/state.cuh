@@ -50,7 +50,8 @@
 // load per 64 value columns takes from v (rows t0 .. t0 + BT - 1 of [tokens, HV V]). Pipeline
 // (kernels.cuh): at this chunk's mid-chunk barrier the next chunk's REST tiles go into the other
 // REST buffer, and the sKe / sQg of the chunk after the next (vs = 128) or of the next (vs = 64)
-// into the WQ buffer just read.
+// into the WQ buffer just read. scan_step hands o back to the kernel, which stores it at once
+// (vs = 64) or one chunk late, while the next chunk's X^T / O^T products run (vs = 128: store_o).
 #pragma once
 
 #include <cuda_fp16.h>
