@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     float o[kBT / 8][4];
     scan_step<Tr, kVs>(
         p, t0, nv, v0, m_part, smem, Tr::wq_offset(w), Tr::rest_offset(b, kVs), s, o,
-        [&]() {  // chunk c - 1's o, while chunk c's first products run
+        [&]() {  // chunk c - 1's o, while chunk c's X^T / O^T products run
           if (kLateO && k > 0) store_o<Tr, kVs>(p, hv, t0 - kBT, kBT, v0, o_prev);
         },
         [&]() {
