@@ -34,26 +34,36 @@ TEST(TileImage, PairOrderInverts) {
   }
 }
 
+// offset(r, d) maps the rows x cols elements of `elem` bytes one to one onto the tile's
+// elem-aligned slots.
+void expect_bijection(int rows, int cols, uint32_t elem, uint32_t (*offset)(uint32_t, uint32_t)) {
+  const uint32_t bytes = elem * rows * cols;
+  std::set<uint32_t> seen;
+  for (int r = 0; r < rows; ++r) {
+    for (int d = 0; d < cols; ++d) {
+      const uint32_t at = offset(r, d);
+      ASSERT_LT(at, bytes) << "(" << r << ", " << d << ")";
+      ASSERT_EQ(at % elem, 0u);
+      ASSERT_TRUE(seen.insert(at).second) << "(" << r << ", " << d << ") collides";
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(rows) * cols);
+}
+
 // A swizzled K-major tile of kRows rows and `cols` f32 columns (w / qg: 32 x K; A_qk: 32 x 32;
 // kg^T: K x 32).
 template <int kRows>
 void check_pair_image(int cols) {
   SCOPED_TRACE(testing::Message() << kRows << " x " << cols);
-  const uint32_t bytes = 4u * kRows * cols;
-  std::set<uint32_t> seen;
+  expect_bijection(kRows, cols, 4, pair_image_offset<kRows>);
+  // The prep's stores: 8 bytes at even d (float2), 16 at d % 4 == 0 (float4) stay contiguous.
   for (int r = 0; r < kRows; ++r) {
     for (int d = 0; d < cols; ++d) {
-      const uint32_t at = pair_image_offset<kRows>(r, d);
-      ASSERT_LT(at, bytes) << "(" << r << ", " << d << ")";
-      ASSERT_EQ(at % 4, 0u);
-      ASSERT_TRUE(seen.insert(at).second) << "(" << r << ", " << d << ") collides";
-      // The prep's stores: 8 bytes at even d (float2), 16 at d % 4 == 0 (float4) stay contiguous.
       if (d % 4 != 3) {
-        ASSERT_EQ(pair_image_offset<kRows>(r, d + 1), at + 4);
+        ASSERT_EQ(pair_image_offset<kRows>(r, d + 1), pair_image_offset<kRows>(r, d) + 4);
       }
     }
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(kRows) * cols);
   // What the scan's wgmma reads: 16-byte chunk c of physical row p (swizzled_offset, the layout
   // of the descriptors in wgmma.cuh) holds chunk row scan_row(p), columns 4c .. 4c + 3.
   for (int p = 0; p < kRows; ++p) {
@@ -79,17 +89,7 @@ TEST(TileImage, SwizzledTilesAreBijectionsInPairOrder) {
 template <int kRows>
 void check_half_pair_image(int cols) {
   SCOPED_TRACE(testing::Message() << kRows << " x " << cols << " f16");
-  const uint32_t bytes = 2u * kRows * cols;
-  std::set<uint32_t> seen;
-  for (int r = 0; r < kRows; ++r) {
-    for (int d = 0; d < cols; ++d) {
-      const uint32_t at = half_pair_image_offset<kRows>(r, d);
-      ASSERT_LT(at, bytes) << "(" << r << ", " << d << ")";
-      ASSERT_EQ(at % 2, 0u);
-      ASSERT_TRUE(seen.insert(at).second) << "(" << r << ", " << d << ") collides";
-    }
-  }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(kRows) * cols);
+  expect_bijection(kRows, cols, 2, half_pair_image_offset<kRows>);
   for (int p = 0; p < kRows; ++p) {
     for (int c = 0; c < cols / 8; ++c) {
       for (int q = 0; q < 8; ++q) {
