@@ -59,18 +59,7 @@ struct Dims {
   bool h = false;              // h snapshots requested
   bool v_map = false;          // the scan reads v by tensor-map boxes (params.h)
   bool inputs_by_tma = false;  // the prep reads q, k and g by tensor-map boxes (params.h)
-  bool f16_keys = false;       // ke and qg are f16 tiles (params.h: f16_keys_apply)
 };
-
-GateMode gate_mode_of(const ChunkFwdArgs& a) {
-  return !a.use_gate_in_kernel ? GateMode::kPre
-         : a.lower_bound       ? GateMode::kLowerBound
-                               : GateMode::kSoftplus;
-}
-
-float scale_of(const ChunkFwdArgs& a, int64_t K) {
-  return static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(K)));
-}
 
 Dims dims_of(const ChunkFwdArgs& a) {
   Dims d;
@@ -85,9 +74,6 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h = a.h.defined();
   d.v_map = chunk_forward::v_by_tensor_map(a.v.dtype);
   d.inputs_by_tma = chunk_forward::inputs_by_tensor_map(a.q.dtype, a.g.dtype);
-  d.f16_keys = chunk_forward::f16_keys_apply(
-      a.use_qk_l2norm_in_kernel, gate_mode_of(a),
-      a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f, scale_of(a, d.K));
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -174,9 +160,8 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.chunk_offsets = take(d.varlen ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
   const bool own_h_offsets = d.varlen && d.h && d.h_BT != d.BT;
   L.h_offsets = take(own_h_offsets ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
-  const int64_t key_bytes = d.f16_keys ? 2 : int64_t{sizeof(float)};  // f16 or tf32 tiles
-  L.ke = take(d.HV * L.slots * d.BT * d.K * key_bytes);
-  L.qg = take(d.HV * L.slots * d.BT * d.K * key_bytes);
+  L.ke = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
+  L.qg = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
@@ -270,8 +255,10 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.V = static_cast<int32_t>(d.V);
   p.BT = static_cast<int32_t>(d.BT);
 
-  p.scale = scale_of(a, d.K);
-  p.gate_mode = gate_mode_of(a);
+  p.scale = static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(d.K)));
+  p.gate_mode = !a.use_gate_in_kernel ? GateMode::kPre
+                : a.lower_bound       ? GateMode::kLowerBound
+                                      : GateMode::kSoftplus;
   p.lower_bound = a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f;
   p.l2norm = a.use_qk_l2norm_in_kernel;
   p.beta_sigmoid = a.use_beta_sigmoid_in_kernel;
@@ -279,7 +266,6 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.v_first = a.state_v_first;
   p.exact_diag = !(p.gate_mode == GateMode::kLowerBound &&
                    *a.lower_bound >= kAnchoredDiagMinLowerBound && *a.lower_bound <= 0.0);
-  p.f16_keys = d.f16_keys;
 
   p.vsplit = L.plan.vsplit;
   p.vs = static_cast<int32_t>(d.V / p.vsplit);

@@ -66,19 +66,6 @@ OPENKDA_HOST_DEVICE constexpr bool v_by_tensor_map(DType v_dtype) {
   return v_dtype == DType::kBF16 || v_dtype == DType::kF16;
 }
 
-// Whether ke and qg are f16 tiles and the scan's X^T / O^T products f16 wgmma with S^T as a
-// row-scaled f16 A operand (state.cuh: update_f16_row_factors). It needs the in-kernel l2norm
-// (|k|, |q| <= 1, so |ke| <= 1 and |qg| <= |scale|; the range guard's bound takes |kg| <= 1), an
-// in-kernel gate that is never positive (softplus, or the lower-bound sigmoid with lower_bound <=
-// 0: every decay factor at most 1), and |scale| well inside f16's range; otherwise the tiles are
-// tf32 and the products tf32 wgmma.
-OPENKDA_HOST_DEVICE constexpr bool f16_keys_apply(bool l2norm, GateMode gate_mode,
-                                                  float lower_bound, float scale) {
-  const bool gate_at_most_0 = gate_mode == GateMode::kSoftplus ||
-                              (gate_mode == GateMode::kLowerBound && lower_bound <= 0.0f);
-  return l2norm && gate_at_most_0 && scale <= 16384.0f && scale >= -16384.0f;
-}
-
 // Whether the prep reads q, k (qk_dtype) and g by tensor-map boxes (q_map, k_map, g_map): 2- and
 // 4-byte dtypes; an f64 input is read by per-thread loads instead (its box would not fit the f32
 // tile it lands in).
@@ -147,7 +134,6 @@ struct ChunkFwdParams {
   // Diagonal 16x16 blocks of A_qk / A_kk by exact per-pair exponents (any gate) instead of the
   // first-row-anchored product, which needs |g| <= 5 per token (in-kernel lower-bound gate).
   bool exact_diag = true;
-  bool f16_keys = false;  // f16_keys_apply(l2norm, gate_mode, lower_bound, scale)
 
   // ---- scan split: each scan CTA owns `vs` = V / vsplit value columns of one state ----
   int32_t vsplit = 1;
