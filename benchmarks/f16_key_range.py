@@ -5,8 +5,8 @@ cumulative log-decay; the kernels hold it in log2 units and take exp2). Under st
 falls below f16's smallest subnormal (2^-24) within a few rows of a chunk; when S is large
 against the chunk's values, the lost products still matter for those rows. This script measures
 that for one chunk: qg in float64 (the reference), in f16 as is ("plain": the reverted path of
-the twenty-second session), in f16 with a per-row anchor ("anchored": qg exp(-a_j), a_j = max
-over d of G_jd, the product's row multiplied back by exp(a_j); branch
+the twenty-second session), in f16 with a per-row anchor ("anchored": qg exp(-a_j), exp(a_j) the
+power of two at or below max over d of exp(G_jd), the product's row multiplied back by it; branch
 wip/scan-f16-keys-anchored), and with a tf32-like relative rounding (2^-12 per element, the tf32
 path). It prints the largest per-row rel error of o (each chunk row's own error norm over its
 own norm) and the rel-RMS over the chunk. The intra-chunk term A_qk v stays float64, so the
@@ -59,7 +59,7 @@ def chunk_errors(M: float, regime: str, lower_bound: float, K: int, BT: int,
                    .sum(-1))
     intra = A_qk @ v
     o = qg @ S + intra
-    a = G.max(1, keepdims=True)
+    a = np.floor(G.max(1, keepdims=True) / np.log(2.0)) * np.log(2.0)  # a power of two, as ka
     outs = {
         "plain f16": f16(qg) @ S + intra,
         "anchored f16": (f16(scale * q * np.exp(G - a)) @ S) * np.exp(a) + intra,
