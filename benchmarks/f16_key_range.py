@@ -7,8 +7,8 @@ against the chunk's values, the lost products still matter for those rows. This 
 that for one chunk: qg in float64 (the reference), in f16 as is ("plain": the reverted path of
 the twenty-second session), in f16 with a per-row anchor ("anchored": qg exp(-a_j), exp(a_j) the
 power of two at or below max over d of exp(G_jd), the product's row multiplied back by it; branch
-wip/scan-f16-keys-anchored), and with a tf32-like relative rounding (2^-12 per element, the tf32
-path). It prints the largest per-row rel error of o (each chunk row's own error norm over its
+wip/scan-f16-keys-anchored), and in tf32 (the tf32 path). The rounding is precision_budget.py's
+round_to. It prints the largest per-row rel error of o (each chunk row's own error norm over its
 own norm) and the rel-RMS over the chunk. The intra-chunk term A_qk v stays float64, so the
 errors are the inter-chunk term's alone.
 
@@ -28,13 +28,11 @@ import argparse
 
 import numpy as np
 
+from precision_budget import round_to
+
 
 def l2norm(x: np.ndarray) -> np.ndarray:
     return x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)
-
-
-def f16(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float16).astype(np.float64)
 
 
 def chunk_errors(M: float, regime: str, lower_bound: float, K: int, BT: int,
@@ -61,9 +59,9 @@ def chunk_errors(M: float, regime: str, lower_bound: float, K: int, BT: int,
     o = qg @ S + intra
     a = np.floor(G.max(1, keepdims=True) / np.log(2.0)) * np.log(2.0)  # a power of two, as ka
     outs = {
-        "plain f16": f16(qg) @ S + intra,
-        "anchored f16": (f16(scale * q * np.exp(G - a)) @ S) * np.exp(a) + intra,
-        "tf32-like": (qg * (1.0 + rng.standard_normal(qg.shape) * 2.0 ** -12)) @ S + intra,
+        "plain f16": round_to(qg, "f16") @ S + intra,
+        "anchored f16": (round_to(scale * q * np.exp(G - a), "f16") @ S) * np.exp(a) + intra,
+        "tf32": round_to(qg, "tf32") @ S + intra,
     }
     res = {}
     for name, out in outs.items():
@@ -81,7 +79,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    names = ("plain f16", "anchored f16", "tf32-like")
+    names = ("plain f16", "anchored f16", "tf32")
     print("| regime | M | " + " | ".join(f"{n}: row max / RMS" for n in names) + " |")
     print("|---|---|" + "---|" * len(names))
     for regime in ("uniform", "per-channel", "split"):
