@@ -20,6 +20,7 @@ using openkda::cuda::chunk_forward::pair_image_offset;
 using openkda::cuda::chunk_forward::pair_row;
 using openkda::cuda::chunk_forward::scan_row;
 using openkda::cuda::chunk_forward::swizzled_offset;
+using openkda::cuda::chunk_forward::v_box_ldmatrix_row;
 using openkda::cuda::chunk_forward::v_box_offset;
 using openkda::cuda::chunk_forward::v_image_index;
 
@@ -116,7 +117,7 @@ TEST(TileImage, VBoxesAreTheTensorMapsSwizzle) {
   }
 }
 
-// scan_step's reads of v: lane (g = lane / 4, t = lane % 4) of warp w loads chunk row
+// scan_step's reads of the f32 v image: lane (g = lane / 4, t = lane % 4) of warp w loads chunk row
 // j = 8 nn + t + 4 s and value column c = 16 w + g + 8 h (s, h in {0, 1}), the 4-byte word
 // word(j, c) of shared memory. Lanes reading one word make one access, so a read is conflict-free
 // when no two distinct words share a bank (of 32); every read must touch `words` distinct words.
@@ -144,13 +145,36 @@ void check_scan_v_reads(size_t words, Word word) {
 }
 
 TEST(TileImage, ScanReadsOfVAreConflictFree) {
-  // The f32 image: one word per lane.
+  // The f32 image: one word per lane (the 16-bit boxes are read by ldmatrix: above).
   check_scan_v_reads(32, [](int j, int c) { return v_image_index<32>(j, c); });
 }
 
-TEST(TileImage, ScanReadsOfVBoxesAreConflictFree) {
-  // The 16-bit boxes: the two lanes that hold a word's two values share it.
-  check_scan_v_reads(16, [](int j, int c) { return v_box_offset<32>(j, c) / 4; });
+// ldmatrix .x4 .trans as the scan issues it on the v boxes: thread (g, t) gets, in register m of
+// load q, rows 2 t and 2 t + 1 of matrix m in column g; it must be the fragment's values
+// (chunk rows 8 nn + t and + 4, value column c0 + 8 h + g; nn = 2 q + m / 2, h = m % 2).
+TEST(TileImage, VBoxLdmatrixReadsAreTheFragment) {
+  constexpr int kBT = 32;
+  for (uint32_t c0 = 0; c0 < 128; c0 += 16) {
+    for (uint32_t q = 0; q < kBT / 16; ++q) {
+      for (uint32_t m = 0; m < 4; ++m) {
+        std::set<uint32_t> groups;
+        for (uint32_t r = 0; r < 8; ++r) {
+          groups.insert((v_box_ldmatrix_row<kBT>(8 * m + r, c0, q) / 16) % 8);
+        }
+        EXPECT_EQ(groups.size(), 8u) << "c0 " << c0 << " q " << q << " m " << m;
+        const uint32_t nn = 2 * q + m / 2, h = m % 2;
+        for (uint32_t lane = 0; lane < 32; ++lane) {
+          const uint32_t g = lane / 4, t = lane % 4;
+          for (uint32_t s = 0; s < 2; ++s) {
+            const uint32_t row_at = v_box_ldmatrix_row<kBT>(8 * m + 2 * t + s, c0, q);
+            ASSERT_EQ(row_at % 16, 0u);
+            EXPECT_EQ(row_at + 2 * g, v_box_offset<kBT>(8 * nn + t + 4 * s, c0 + 8 * h + g))
+                << "c0 " << c0 << " q " << q << " m " << m << " lane " << lane << " s " << s;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

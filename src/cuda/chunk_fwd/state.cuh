@@ -222,9 +222,21 @@ __device__ __forceinline__ void store_o_rows_b16(const ChunkFwdParams& p, int64_
   }
 }
 
+// ldmatrix .x4 .trans: lane l gives the shared-memory address of row l % 8 of matrix l / 8;
+// thread (g, t) gets {row 2 t, row 2 t + 1} of each matrix in column g, two 16-bit values per
+// register.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
 // This thread's values of the chunk's v (x's fragment layout: tile nn, register e is chunk row
 // 8 nn + t + 4 (e % 2), value column vl + 8 (e / 2)) from the REST buffer's sV: the prep's f32
-// image (v_image_index) or the tensor-map boxes of a 16-bit v (v_box_offset), widened exactly.
+// image (v_image_index), or the tensor-map boxes of a 16-bit v by two ldmatrix .x4 .trans per
+// chunk (v_box_ldmatrix_row: the rows' order puts chunk rows t and t + 4 into thread t's pair),
+// widened exactly.
 template <class Tr>
 __device__ __forceinline__ void read_v_fragment(DType v_dtype, const unsigned char* sV, int vl,
                                                 int t, float (&v)[Tr::kBT / 8][4]) {
@@ -238,15 +250,26 @@ __device__ __forceinline__ void read_v_fragment(DType v_dtype, const unsigned ch
         v[nn][e] = f[v_image_index<Tr::kBT>(8 * nn + t + 4 * (e % 2), vl + 8 * (e / 2))];
     return;
   }
+  static_assert(kNJ % 2 == 0, "one ldmatrix .x4 per two 8-row tiles");
   const bool bf16 = v_dtype == DType::kBF16;
+  const uint32_t lane = threadIdx.x % 32, c0 = vl - vl % 8;  // vl % 8 = g: the warp's first column
 #pragma unroll
-  for (int nn = 0; nn < kNJ; ++nn)
+  for (int q = 0; q < kNJ / 2; ++q) {
+    uint32_t x[4];
+    ldmatrix_x4_trans(smem_address(sV + v_box_ldmatrix_row<Tr::kBT>(lane, c0, q)), x);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint16_t x = *reinterpret_cast<const uint16_t*>(
-          sV + v_box_offset<Tr::kBT>(8 * nn + t + 4 * (e % 2), vl + 8 * (e / 2)));
-      v[nn][e] = bf16 ? __uint_as_float(uint32_t{x} << 16) : __half2float(__ushort_as_half(x));
+    for (int m = 0; m < 4; ++m) {
+      float* pair = &v[2 * q + m / 2][2 * (m % 2)];  // rows t (low half) and t + 4 (high half)
+      if (bf16) {
+        pair[0] = __uint_as_float(x[m] << 16);
+        pair[1] = __uint_as_float(x[m] & 0xffff0000u);
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&x[m]));
+        pair[0] = f.x;
+        pair[1] = f.y;
+      }
     }
+  }
 }
 
 // Chunk rows i < nv of o (from row t0 of value head hv) from this warp's O^T tile `o` (one dtype

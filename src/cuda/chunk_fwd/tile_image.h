@@ -66,12 +66,25 @@ OPENKDA_HOST_DEVICE constexpr uint32_t v_image_index(uint32_t j, uint32_t c) {
 // Byte offset of element (chunk row j, value column c) of the scan's 16-bit v boxes (c relative to
 // the first column of the CTA's slices): one tensor-map box of kBT rows x 64 columns per slice,
 // 128 bytes per row, 16-byte chunks XOR-swizzled by row (the 128-byte swizzle of the TMA unit,
-// tensor_map.h), i.e. the layout of swizzled_offset with 8 values per chunk. The scan's reads
-// (row 8 nn + t or + 4, column 16 w + g + 8 h) then fall on 16 distinct words per warp, each read
-// by the two lanes that hold its two values.
+// tensor_map.h), i.e. the layout of swizzled_offset with 8 values per chunk. The scan reads them
+// by ldmatrix (v_box_ldmatrix_row).
 template <int kBT>
 OPENKDA_HOST_DEVICE constexpr uint32_t v_box_offset(uint32_t j, uint32_t c) {
   return swizzled_offset<kBT>(j, c / 8) + 2 * (c % 8);
+}
+
+// The scan's reads of the 16-bit v boxes, by ldmatrix .x4 .trans (state.cuh: read_v_fragment).
+// Load q of a warp whose 16 value columns start at c0 (a multiple of 16) reads chunk rows
+// 16 q .. 16 q + 15: lane l gives the row address of its matrix m = l / 8, row r = l % 8, where
+// matrix m is the 8-row tile nn = 2 q + m / 2 and the column half h = m % 2, and its row r is the
+// 16-byte chunk of chunk row 8 nn + scan_row(r) that holds columns c0 + 8 h .. c0 + 8 h + 7.
+// .trans hands thread (g = lane / 4, t = lane % 4) the values of rows 2 t and 2 t + 1 of each
+// matrix in column g: chunk rows 8 nn + t and 8 nn + t + 4 of value column c0 + 8 h + g, the
+// scan's fragment layout of x. The 8 rows of a matrix fall on 8 distinct 16-byte bank groups.
+template <int kBT>
+OPENKDA_HOST_DEVICE constexpr uint32_t v_box_ldmatrix_row(uint32_t lane, uint32_t c0, uint32_t q) {
+  return v_box_offset<kBT>(16 * q + 8 * (lane / 16) + scan_row(lane % 8),
+                           c0 + 8 * ((lane / 8) % 2));
 }
 
 }  // namespace openkda::cuda::chunk_forward
