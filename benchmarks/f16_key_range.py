@@ -6,8 +6,9 @@ falls below f16's smallest subnormal (2^-24) within a few rows of a chunk; when 
 against the chunk's values, the lost products still matter for those rows. This script measures
 that for one chunk: qg in float64 (the reference), in f16 as is ("plain": the reverted path of
 the twenty-second session), in f16 with a per-row anchor ("anchored": qg exp(-a_j), exp(a_j) the
-power of two at or below max over d of exp(G_jd), the product's row multiplied back by it; branch
-wip/scan-f16-keys-anchored), and in tf32 (the tf32 path). The rounding is precision_budget.py's
+power of two at or below max over d of exp(G_jd), the product's row multiplied back by it: the
+f16 path since the twenty-third session), in tf32 (the tf32 path) and in bf16 (FLA 0.6.0 casts qg
+to q's dtype: `fla/ops/gla/chunk.py`). The rounding is precision_budget.py's
 round_to. It prints the largest per-row rel error of o (each chunk row's own error norm over its
 own norm) and the rel-RMS over the chunk. The intra-chunk term A_qk v stays float64, so the
 errors are the inter-chunk term's alone.
@@ -62,6 +63,7 @@ def chunk_errors(M: float, regime: str, lower_bound: float, K: int, BT: int,
         "plain f16": round_to(qg, "f16") @ S + intra,
         "anchored f16": (round_to(scale * q * np.exp(G - a), "f16") @ S) * np.exp(a) + intra,
         "tf32": round_to(qg, "tf32") @ S + intra,
+        "bf16 (FLA)": round_to(qg, "bf16") @ S + intra,
     }
     res = {}
     for name, out in outs.items():
@@ -79,7 +81,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    names = ("plain f16", "anchored f16", "tf32")
+    names = ("plain f16", "anchored f16", "tf32", "bf16 (FLA)")
     print("| regime | M | " + " | ".join(f"{n}: row max / RMS" for n in names) + " |")
     print("|---|---|" + "---|" * len(names))
     for regime in ("uniform", "per-channel", "split"):

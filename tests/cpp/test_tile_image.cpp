@@ -16,6 +16,7 @@
 
 namespace {
 
+using openkda::cuda::chunk_forward::half_pair_image_offset;
 using openkda::cuda::chunk_forward::pair_image_offset;
 using openkda::cuda::chunk_forward::pair_row;
 using openkda::cuda::chunk_forward::scan_row;
@@ -34,26 +35,36 @@ TEST(TileImage, PairOrderInverts) {
   }
 }
 
+// offset(r, d) maps the rows x cols elements of `elem` bytes one to one onto the tile's
+// elem-aligned slots.
+void expect_bijection(int rows, int cols, uint32_t elem, uint32_t (*offset)(uint32_t, uint32_t)) {
+  const uint32_t bytes = elem * rows * cols;
+  std::set<uint32_t> seen;
+  for (int r = 0; r < rows; ++r) {
+    for (int d = 0; d < cols; ++d) {
+      const uint32_t at = offset(r, d);
+      ASSERT_LT(at, bytes) << "(" << r << ", " << d << ")";
+      ASSERT_EQ(at % elem, 0u);
+      ASSERT_TRUE(seen.insert(at).second) << "(" << r << ", " << d << ") collides";
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(rows) * cols);
+}
+
 // A swizzled K-major tile of kRows rows and `cols` f32 columns (w / qg: 32 x K; A_qk: 32 x 32;
 // kg^T: K x 32).
 template <int kRows>
 void check_pair_image(int cols) {
   SCOPED_TRACE(testing::Message() << kRows << " x " << cols);
-  const uint32_t bytes = 4u * kRows * cols;
-  std::set<uint32_t> seen;
+  expect_bijection(kRows, cols, 4, pair_image_offset<kRows>);
+  // The prep's stores: 8 bytes at even d (float2), 16 at d % 4 == 0 (float4) stay contiguous.
   for (int r = 0; r < kRows; ++r) {
     for (int d = 0; d < cols; ++d) {
-      const uint32_t at = pair_image_offset<kRows>(r, d);
-      ASSERT_LT(at, bytes) << "(" << r << ", " << d << ")";
-      ASSERT_EQ(at % 4, 0u);
-      ASSERT_TRUE(seen.insert(at).second) << "(" << r << ", " << d << ") collides";
-      // The prep's stores: 8 bytes at even d (float2), 16 at d % 4 == 0 (float4) stay contiguous.
       if (d % 4 != 3) {
-        ASSERT_EQ(pair_image_offset<kRows>(r, d + 1), at + 4);
+        ASSERT_EQ(pair_image_offset<kRows>(r, d + 1), pair_image_offset<kRows>(r, d) + 4);
       }
     }
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(kRows) * cols);
   // What the scan's wgmma reads: 16-byte chunk c of physical row p (swizzled_offset, the layout
   // of the descriptors in wgmma.cuh) holds chunk row scan_row(p), columns 4c .. 4c + 3.
   for (int p = 0; p < kRows; ++p) {
@@ -70,6 +81,30 @@ TEST(TileImage, SwizzledTilesAreBijectionsInPairOrder) {
   check_pair_image<32>(32);   // A_qk, Tinv'
   check_pair_image<64>(32);   // kg^T at K = 64
   check_pair_image<128>(32);  // kg^T at K = 128
+}
+
+// The f16 ke / qg images (32 x K, f16 keys): a bijection onto the tile's 2-byte slots; 16-byte
+// chunk c of physical row p (the descriptors' layout, as for f32) holds chunk row scan_row(p) and
+// columns 8c .. 8c + 7, with physical column q of the chunk holding d = 8c + scan_row(q): the
+// order of S^T's accumulator columns, whose (c0, c1) pairs are the f16 A fragment (state.cuh).
+template <int kRows>
+void check_half_pair_image(int cols) {
+  SCOPED_TRACE(testing::Message() << kRows << " x " << cols << " f16");
+  expect_bijection(kRows, cols, 2, half_pair_image_offset<kRows>);
+  for (int p = 0; p < kRows; ++p) {
+    for (int c = 0; c < cols / 8; ++c) {
+      for (int q = 0; q < 8; ++q) {
+        ASSERT_EQ(half_pair_image_offset<kRows>(scan_row(p), 8 * c + scan_row(q)),
+                  swizzled_offset<kRows>(p, c) + 2 * q)
+            << "p = " << p << ", c = " << c << ", q = " << q;
+      }
+    }
+  }
+}
+
+TEST(TileImage, HalfTilesAreBijectionsInPairOrder) {
+  check_half_pair_image<32>(64);   // ke, qg at K = 64
+  check_half_pair_image<32>(128);  // ke, qg at K = 128
 }
 
 // The f32 v image, over every element (j, c) of a kBT x V image: every float slot is hit once (a

@@ -484,6 +484,50 @@ def test_softplus_raw_gate_extremes(raw):
     _check_case(case, inputs=_raw_gate_case(case, raw=raw))
 
 
+@pytest.mark.parametrize("T", [2048, 8192], ids=["serial", "time_split"])
+def test_f16_operand_large_state(T):
+    """The in-kernel l2norm and gate put S^T into an f16 operand (params.h: f16_keys_apply); with
+    long memory, v x 1e4 and |h0| ~ 1e5 its rows pass f16's 65504 within a few chunks, so the range
+    guard must scale them (unscaled, the products would be inf). T = 8192 with one head runs the
+    time split: its output pass starts from the combined states."""
+    case = _case(B=1, T=T, H=1, HV=1, K=128, V=128, gate="softplus", l2norm=True,
+                 beta="sigmoid")
+    inputs = _raw_gate_case(case, raw=-12.0, v=1e4, initial_state=2e5)
+    _check_case(case, inputs=inputs)
+
+
+def test_f16_operand_tiny_state():
+    """As above with v x 1e-6 and |h0| ~ 1e-5: the state's rows sit in f16's subnormal range, so
+    the guard must scale them up (unscaled, the products would keep a few bits of them)."""
+    case = _case(B=1, T=1024, H=2, HV=2, K=128, V=128, gate="softplus", l2norm=True,
+                 beta="sigmoid")
+    inputs = _raw_gate_case(case, raw=-12.0, v=1e-6, initial_state=2e-5)
+    _check_case(case, inputs=inputs)
+
+
+def test_large_state_then_strong_decay_per_token():
+    """|h0| ~ 1e5 against v ~ 1 under the strongest decay (log-decay at lower_bound on every
+    step): within the first chunk the gated keys (ke, qg) fall far below f16's range while
+    their products with the large state still matter for a few tokens. The rel-RMS over all of
+    o hides those tokens (the undecayed first token dominates its norm), so this checks every
+    token's own error, against the larger of its own norm and the median token norm (a token
+    whose o nearly cancels has no meaningful rel error of its own); the f16 keys path needs the
+    keys' row anchors (wy.cuh) for it: without them token 2's error was 0.53 of its norm."""
+    case = _case(B=1, T=256, H=1, HV=2, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+                 beta="sigmoid")
+    inputs = _raw_gate_case(case, raw=20.0, initial_state=2e5)
+    o, _, _ = _run(inputs, case)
+    ref_o, _, _ = _reference(inputs, case)
+    ref = ref_o.to(o.device).double()
+    err = (o.double() - ref).pow(2).sum(dim=(0, 2, 3)).sqrt()
+    norm = ref.pow(2).sum(dim=(0, 2, 3)).sqrt()
+    per_token = err / torch.maximum(norm, norm.median())
+    worst = int(per_token.argmax())
+    assert per_token.max().item() <= RTOL, (
+        f"token {worst}: error {per_token[worst].item():.3e} of max(its norm, the median norm) "
+        f"> {RTOL:.1e}")
+
+
 def test_long_sequence_65536():
     case = _case(B=1, T=65536, H=1, HV=2, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
                  beta="sigmoid")

@@ -29,11 +29,13 @@
 // state) is f32 in shared memory, registers and the workspace (a bf16 / f16 v reaches the scan
 // unchanged, by tensor-map boxes, and is widened exactly there); products are tf32 tensor-core mma
 // / wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits, except the scan's
-// S^T operand of X^T and O^T, which the tensor core truncates: state.cuh); exp2 factors
-// that become tf32 operands use ex2.approx (exp2_operand), the lower-bound gate sigmoid_fast,
-// everything else CUDA's accurate f32 functions; the state update scales S by gamma in f32 and
-// accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's dtypes; the final
-// state is f32.
+// S^T operand of X^T and O^T, which the tensor core truncates: state.cuh), or, with f16 keys
+// (params.h: f16_keys_apply), X^T and O^T f16 wgmma on f16 ke / qg tiles and a row-scaled f16 copy
+// of S^T (10 mantissa bits, rounded to nearest; state.cuh's range guard); exp2 factors
+// that become tensor-core operands use ex2.approx (exp2_operand), the lower-bound gate
+// sigmoid_fast, everything else CUDA's accurate f32 functions; the state update scales S by gamma
+// in f32 and accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's dtypes;
+// the final state is f32.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -129,10 +131,10 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
 // (segments.cuh): 4 warps per 64 columns of the augmented state [S | M]. 4-warp CTAs (either
 // pass) are built to fit two per SM (<= 256 registers), which the time split's plan counts on.
 // blockIdx.x = ((n * HV + hv) * nseg + segment) * slices + slice.
-template <int kK, int kBT, int kWarps, bool kTransition>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     openkda_fwd_scan_kernel(const __grid_constant__ ChunkFwdParams p) {
-  using Tr = ScanTraits<kK, kBT, kTransition>;
+  using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys>;
   static_assert(!kTransition || kWarps == 4, "transition pass: 64 columns per CTA");
   extern __shared__ float4 smem_f4[];
   // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack). The base
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
 
   // Pipeline over the chunks, two groups of bulk copies per chunk c (k = c - c_begin), each issued
   // by thread 0:
-  //   WQ(c)   sKe, sQg                     WQ buffer w = k % kWq (kWq = Tr::wq_buffers: 1 or 2),
+  //   WQ(c)   sKe, sQg (, sKa)             WQ buffer w = k % kWq (kWq = Tr::wq_buffers: 1 or 2),
   //                                        on bar_wq(w) (phase k / kWq)
   //   REST(c) sA, sTinv, sKgT, sGamma, sV  REST buffer b = k % 2, on bar_rest(b) (phase k / 2)
   // The prologue issues WQ(0 .. kWq - 1) and REST(0). Right after chunk c's mid-chunk block
@@ -208,6 +210,11 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     fence_mbarrier_init();
   }
   __syncthreads();  // the initialised barriers, before any thread issues or waits
+
+  // With f16 keys: the power-of-two factors of this thread's two rows of S^T in its f16 operand
+  // copy (state.cuh: update_f16_row_factors), from the entering state's row maxima.
+  F16RowFactors rf;
+  if constexpr (kF16Keys) init_f16_row_factors(s, rf);
 
   // k: chunks since c_begin (an int: chunk_fwd_can_implement bounds the slots by 2^31 - 1).
   const int nk = static_cast<int>(c_end - c_begin);
@@ -237,7 +244,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     mbarrier_wait(bar_wq(w), static_cast<uint32_t>((k / kWq) & 1));  // WQ(c)
     float o[kBT / 8][4];
     scan_step<Tr, kVs>(
-        p, t0, nv, v0, m_part, smem, Tr::wq_offset(w), Tr::rest_offset(b, kVs), s, o,
+        p, t0, nv, v0, m_part, smem, Tr::wq_offset(w), Tr::rest_offset(b, kVs), s, o, rf,
+        k % Tr::kF16BoundRefresh == 0,
         [&]() {  // chunk c - 1's o, while chunk c's X^T / O^T products run
           if (kLateO && k > 0) store_o<Tr, kVs>(p, hv, t0 - kBT, kBT, v0, o_prev);
         },
@@ -285,7 +293,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // ---- launchers (explicitly instantiated by cmake/OpenkdaCuda.cmake) ---------------------------
-template <int kK, int kBT, int kWarps, bool kTransition>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys>
 struct ScanKernelTag {};  // one cached shared-memory set-up per scan kernel
 template <int kK>
 struct CombineKernelTag {};
@@ -308,13 +316,14 @@ cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
 }
 
 // slices: V slices per segment (p.vsplit), or (V + K) / 64 for the transition pass.
-template <int kK, int kBT, int kWarps, bool kTransition>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys>
 cudaError_t launch_scan_pass(const ChunkFwdParams& p, int64_t slices, cudaStream_t stream) {
-  using Tr = ScanTraits<kK, kBT, kTransition>;
-  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition>;
+  using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys>;
+  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition, kF16Keys>;
   constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps));
   const cudaError_t err =
-      set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps, kTransition>>(kernel, kSmem);
+      set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps, kTransition, kF16Keys>>(kernel,
+                                                                                       kSmem);
   if (err != cudaSuccess) return err;
   const int64_t ctas = p.N * p.HV * p.nseg * slices;
   kernel<<<static_cast<unsigned>(ctas), 32 * kWarps, kSmem, stream>>>(p);
@@ -334,15 +343,22 @@ cudaError_t launch_combine(const ChunkFwdParams& p, cudaStream_t stream) {
 
 // vs in {64, 128} (launch.cu's plan_scan): 4 or 8 warps. With a time split (nseg > 1, vs = 64) the
 // transition and combine passes run first (segments.cuh).
-template <int kK, int kBT>
-cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
+template <int kK, int kBT, bool kF16Keys>
+cudaError_t launch_scan_passes(const ChunkFwdParams& p, cudaStream_t stream) {
   if (p.nseg > 1) {
-    cudaError_t err = launch_scan_pass<kK, kBT, 4, true>(p, (p.V + kK) / 64, stream);
+    cudaError_t err = launch_scan_pass<kK, kBT, 4, true, kF16Keys>(p, (p.V + kK) / 64, stream);
     if (err == cudaSuccess) err = launch_combine<kK>(p, stream);
     if (err != cudaSuccess) return err;
   }
-  return p.vs == 64 ? launch_scan_pass<kK, kBT, 4, false>(p, p.vsplit, stream)
-                    : launch_scan_pass<kK, kBT, 8, false>(p, p.vsplit, stream);
+  return p.vs == 64 ? launch_scan_pass<kK, kBT, 4, false, kF16Keys>(p, p.vsplit, stream)
+                    : launch_scan_pass<kK, kBT, 8, false, kF16Keys>(p, p.vsplit, stream);
+}
+
+// The key tiles' format (p.f16_keys) is the one run-time choice made here.
+template <int kK, int kBT>
+cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
+  return p.f16_keys ? launch_scan_passes<kK, kBT, true>(p, stream)
+                    : launch_scan_passes<kK, kBT, false>(p, stream);
 }
 
 }  // namespace openkda::cuda::chunk_forward

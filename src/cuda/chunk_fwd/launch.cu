@@ -59,7 +59,18 @@ struct Dims {
   bool h = false;              // h snapshots requested
   bool v_map = false;          // the scan reads v by tensor-map boxes (params.h)
   bool inputs_by_tma = false;  // the prep reads q, k and g by tensor-map boxes (params.h)
+  bool f16_keys = false;       // ke and qg are f16 tiles (params.h: f16_keys_apply)
 };
+
+GateMode gate_mode_of(const ChunkFwdArgs& a) {
+  return !a.use_gate_in_kernel ? GateMode::kPre
+         : a.lower_bound       ? GateMode::kLowerBound
+                               : GateMode::kSoftplus;
+}
+
+float scale_of(const ChunkFwdArgs& a, int64_t K) {
+  return static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(K)));
+}
 
 Dims dims_of(const ChunkFwdArgs& a) {
   Dims d;
@@ -74,6 +85,9 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h = a.h.defined();
   d.v_map = chunk_forward::v_by_tensor_map(a.v.dtype);
   d.inputs_by_tma = chunk_forward::inputs_by_tensor_map(a.q.dtype, a.g.dtype);
+  d.f16_keys = chunk_forward::f16_keys_apply(
+      a.use_qk_l2norm_in_kernel, gate_mode_of(a),
+      a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f, scale_of(a, d.K));
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -141,7 +155,8 @@ ScanPlan plan_scan(const Dims& d, int sms) {
 struct WorkspaceLayout {
   int64_t slots = 0;  // chunk slots: exact for dense, an upper bound for varlen
   ScanPlan plan;
-  size_t chunk_offsets = 0, h_offsets = 0, ke = 0, qg = 0, kgT = 0, aqk = 0, tinv = 0, v_img = 0;
+  size_t chunk_offsets = 0, h_offsets = 0, ke = 0, qg = 0, ka = 0, kgT = 0, aqk = 0, tinv = 0,
+         v_img = 0;
   size_t gamma = 0;
   size_t seg_state = 0, seg_init = 0;
   size_t bytes = 0;
@@ -160,8 +175,10 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.chunk_offsets = take(d.varlen ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
   const bool own_h_offsets = d.varlen && d.h && d.h_BT != d.BT;
   L.h_offsets = take(own_h_offsets ? (d.N + 1) * int64_t{sizeof(int32_t)} : 0);
-  L.ke = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
-  L.qg = take(d.HV * L.slots * d.BT * d.K * int64_t{sizeof(float)});
+  const int64_t key_bytes = d.f16_keys ? 2 : int64_t{sizeof(float)};  // f16 or tf32 tiles
+  L.ke = take(d.HV * L.slots * d.BT * d.K * key_bytes);
+  L.qg = take(d.HV * L.slots * d.BT * d.K * key_bytes);
+  L.ka = take(d.f16_keys ? d.HV * L.slots * d.BT * int64_t{sizeof(float)} : 0);
   L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
@@ -255,10 +272,8 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.V = static_cast<int32_t>(d.V);
   p.BT = static_cast<int32_t>(d.BT);
 
-  p.scale = static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(d.K)));
-  p.gate_mode = !a.use_gate_in_kernel ? GateMode::kPre
-                : a.lower_bound       ? GateMode::kLowerBound
-                                      : GateMode::kSoftplus;
+  p.scale = scale_of(a, d.K);
+  p.gate_mode = gate_mode_of(a);
   p.lower_bound = a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f;
   p.l2norm = a.use_qk_l2norm_in_kernel;
   p.beta_sigmoid = a.use_beta_sigmoid_in_kernel;
@@ -266,6 +281,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.v_first = a.state_v_first;
   p.exact_diag = !(p.gate_mode == GateMode::kLowerBound &&
                    *a.lower_bound >= kAnchoredDiagMinLowerBound && *a.lower_bound <= 0.0);
+  p.f16_keys = d.f16_keys;
 
   p.vsplit = L.plan.vsplit;
   p.vs = static_cast<int32_t>(d.V / p.vsplit);
@@ -282,6 +298,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   }
   p.ke = reinterpret_cast<float*>(base + L.ke);
   p.qg = reinterpret_cast<float*>(base + L.qg);
+  p.ka = d.f16_keys ? reinterpret_cast<float*>(base + L.ka) : nullptr;
   p.kgT = reinterpret_cast<float*>(base + L.kgT);
   p.aqk = reinterpret_cast<float*>(base + L.aqk);
   p.tinv = reinterpret_cast<float*>(base + L.tinv);

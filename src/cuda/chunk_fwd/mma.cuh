@@ -55,6 +55,13 @@ __device__ __forceinline__ void a_from_acc(const float (&c)[4], uint32_t (&a)[4]
   a[3] = op(c[3]);
 }
 
+// Two f32 values as one f16x2 register (round to nearest even), `lo` in the low half.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // Sum over the 32 lanes; every lane gets the bitwise same value (each butterfly step adds the
 // same two operands on both partners).
 __device__ __forceinline__ float warp_allreduce_sum(float x) {

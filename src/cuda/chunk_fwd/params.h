@@ -26,7 +26,9 @@
 //                                  h_every > 1; with h_every = 1 it aliases chunk_offsets;
 //                                  null without h or cu_seqlens)
 //   ke, qg        [HV, slots, BT, K]   ke = k E; qg = scale q E (E = exp2(G); swizzled, pair
-//                                      order)
+//                                      order); with f16 keys E = exp2(G - A) per row (A: ka)
+//   ka            [HV, slots, BT]      f16 keys only: exp2(A_j), A_j = floor(max over d of G_jd),
+//                                      the row anchors of ke and qg (rows in pair order; wy.cuh)
 //   kgT           [HV, slots, K, BT]   kg^T, kg = k exp2(G_last - G) (swizzled, pair order)
 //   aqk           [HV, slots, BT, BT]  scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
 //                                      (swizzled, pair order)
@@ -64,6 +66,19 @@ enum class GateMode : int32_t {
 // (false) from the prep's f32 copy in the workspace (v_img).
 OPENKDA_HOST_DEVICE constexpr bool v_by_tensor_map(DType v_dtype) {
   return v_dtype == DType::kBF16 || v_dtype == DType::kF16;
+}
+
+// Whether ke and qg are f16 tiles and the scan's X^T / O^T products f16 wgmma with S^T as a
+// row-scaled f16 A operand (state.cuh: update_f16_row_factors). It needs the in-kernel l2norm
+// (|k|, |q| <= 1, so |ke| <= 1 and |qg| <= |scale|; the range guard's bound takes |kg| <= 1), an
+// in-kernel gate that is never positive (softplus, or the lower-bound sigmoid with lower_bound <=
+// 0: every decay factor at most 1), and |scale| well inside f16's range; otherwise the tiles are
+// tf32 and the products tf32 wgmma.
+OPENKDA_HOST_DEVICE constexpr bool f16_keys_apply(bool l2norm, GateMode gate_mode,
+                                                  float lower_bound, float scale) {
+  const bool gate_at_most_0 = gate_mode == GateMode::kSoftplus ||
+                              (gate_mode == GateMode::kLowerBound && lower_bound <= 0.0f);
+  return l2norm && gate_at_most_0 && scale <= 16384.0f && scale >= -16384.0f;
 }
 
 // Whether the prep reads q, k (qk_dtype) and g by tensor-map boxes (q_map, k_map, g_map): 2- and
@@ -134,6 +149,7 @@ struct ChunkFwdParams {
   // Diagonal 16x16 blocks of A_qk / A_kk by exact per-pair exponents (any gate) instead of the
   // first-row-anchored product, which needs |g| <= 5 per token (in-kernel lower-bound gate).
   bool exact_diag = true;
+  bool f16_keys = false;  // f16_keys_apply(l2norm, gate_mode, lower_bound, scale)
 
   // ---- scan split: each scan CTA owns `vs` = V / vsplit value columns of one state ----
   int32_t vsplit = 1;
@@ -148,6 +164,7 @@ struct ChunkFwdParams {
   int32_t* h_offsets = nullptr;      // varlen with h only (== chunk_offsets when h_every = 1)
   float* ke = nullptr;
   float* qg = nullptr;
+  float* ka = nullptr;  // f16 keys only (null otherwise)
   float* kgT = nullptr;
   float* aqk = nullptr;
   float* tinv = nullptr;

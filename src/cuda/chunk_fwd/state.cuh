@@ -23,6 +23,17 @@
 //                                      gamma scaling is an f32 multiply (while the Tinv' product
 //                                      runs) before the product accumulates into S^T
 // wgmma reads each B tile once per warpgroup instead of once per warp.
+// With f16 keys (params.h: f16_keys_apply; the kernel's kF16Keys) X^T and O^T are f16 wgmma m64 x
+// BT x 16 instead: ke and qg arrive as f16 tiles, and S^T's f16 operand copy is packed from its
+// accumulator tiles (two values per register, no permutation: the f16 A fragment's pairs are the
+// accumulator's) with each row times a power-of-two factor that keeps it inside f16's range
+// (update_f16_row_factors: the range guard; 1, so no multiply, in the common case). The factor
+// follows a bound of each row, carried from chunk to chunk as bound + BT max|v_new| (gamma <= 1
+// and |kg| <= 1 under f16_keys_apply's conditions) and reset to the row's exact maximum every
+// kF16BoundRefresh chunks: taking that maximum costs 64 instructions per thread, which every
+// chunk made the scan ~8 % slower (twenty-second session). The keys carry row anchors (wy.cuh:
+// ke and qg times exp2(G_j - A_j), A_j the floor of the row's largest G), which X^T's and O^T's
+// columns get back from sKa. The other three products stay tf32.
 //
 // Column orders (why the tiles' rows are permuted): an accumulator tile holds columns (2t, 2t + 1)
 // in thread t, an A fragment columns (t, t + 4). Every accumulator that feeds a later product as
@@ -42,16 +53,17 @@
 //
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
-// chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (two chunks' buffers at
-// vs = 128, one at vs = 64), two REST buffers of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled,
-// sGamma [K] and sV [vs / 64][BT][64] (f32; 16-bit boxes fill half of it), four mbarriers: 147 KB
-// at K = 128, BT = 32, vs = 128 (99 KB at vs = 64: two 4-warp CTAs per SM). Every tile is a bulk
-// copy of the prep's image of it (tile_image.h), but for a 16-bit v's boxes, which one tensor-map
-// load per 64 value columns takes from v (rows t0 .. t0 + BT - 1 of [tokens, HV V]). Pipeline
-// (kernels.cuh): at this chunk's mid-chunk barrier the next chunk's REST tiles go into the other
-// REST buffer, and the sKe / sQg of the chunk after the next (vs = 128) or of the next (vs = 64)
-// into the WQ buffer just read. scan_step hands o back to the kernel, which stores it at once
-// (vs = 64) or one chunk late, while the next chunk's X^T / O^T products run (vs = 128: store_o).
+// chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (with f16 keys f16, and
+// sKa [BT] f32 after them; two chunks' buffers at vs = 128, one at vs = 64), two REST buffers of
+// sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and sV [vs / 64][BT][64] (f32; 16-bit
+// boxes fill half of it), four mbarriers: 147 KB at K = 128, BT = 32, vs = 128 (99 KB at vs = 64:
+// two 4-warp CTAs per SM). Every tile is a bulk copy of the prep's image of it (tile_image.h), but
+// for a 16-bit v's boxes, which one tensor-map load per 64 value columns takes from v (rows t0 ..
+// t0 + BT - 1 of [tokens, HV V]). Pipeline (kernels.cuh): at this chunk's mid-chunk barrier the
+// next chunk's REST tiles go into the other REST buffer, and the sKe / sQg of the chunk after the
+// next (vs = 128) or of the next (vs = 64) into the WQ buffer just read. scan_step hands o back to
+// the kernel, which stores it at once (vs = 64) or one chunk late, while the next chunk's X^T / O^T
+// products run (vs = 128: store_o).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -110,8 +122,8 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
 
 // The bulk copies of one chunk's tiles, by one thread, in two groups, each completing on its
 // mbarrier (kernels.cuh has the pipeline):
-//   scan_load_wq    sKe, sQg into the WQ buffer at `wq`, on bar_wq: read only by the first
-//                   products of scan_step
+//   scan_load_wq    sKe, sQg (and sKa with f16 keys) into the WQ buffer at `wq`, on bar_wq:
+//                   read only by the first products of scan_step (sKa while they run)
 //   scan_load_rest  sA, sTinv, sKgT, sGamma, sV into the REST buffer at `rest`, on bar_rest: read
 //                   only after scan_step's mid-chunk hook
 // Each source is the prep's image of the whole tile (tile_image.h): the copy lands as the
@@ -122,12 +134,17 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
 template <class Tr>
 __device__ __forceinline__ void scan_load_wq(const ChunkFwdParams& p, int64_t tile,
                                              unsigned char* wq, uint32_t bar_wq) {
-  constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKe, sQg
-  const int64_t at = tile * Tr::kBT * Tr::kK;
-  mbarrier_expect_tx(bar_wq, Tr::kTransition ? kKBytes : 2 * kKBytes);
-  bulk_load(smem_address(wq + Tr::kOffKe), p.ke + at, kKBytes, bar_wq);
+  constexpr uint32_t kKBytes = Tr::kKeyBytes * Tr::kBT * Tr::kK;  // sKe, sQg
+  const int64_t at = tile * Tr::kBT * Tr::kK * Tr::kKeyBytes;
+  constexpr uint32_t kKaBytes = Tr::kF16Keys ? sizeof(float) * Tr::kBT : 0;  // sKa
+  mbarrier_expect_tx(bar_wq, (Tr::kTransition ? kKBytes : 2 * kKBytes) + kKaBytes);
+  bulk_load(smem_address(wq + Tr::kOffKe), reinterpret_cast<const char*>(p.ke) + at, kKBytes,
+            bar_wq);
   if constexpr (!Tr::kTransition)
-    bulk_load(smem_address(wq + Tr::kOffQg), p.qg + at, kKBytes, bar_wq);
+    bulk_load(smem_address(wq + Tr::kOffQg), reinterpret_cast<const char*>(p.qg) + at, kKBytes,
+              bar_wq);
+  if constexpr (Tr::kF16Keys)
+    bulk_load(smem_address(wq + Tr::kOffKa), p.ka + tile * Tr::kBT, kKaBytes, bar_wq);
 }
 
 template <class Tr, int kVs>
@@ -300,21 +317,80 @@ __device__ __forceinline__ void store_o(const ChunkFwdParams& p, int hv, int64_t
   }
 }
 
+// The range guard of S^T's f16 operand (kF16Keys). For this thread's rows r (g, g + 8) of S^T,
+// inv[r] is the power-of-two factor of the row in its f16 copy and fwd[r] = 1 / inv[r] takes it
+// back (both exact). update_f16_row_factors gets this thread's part of a bound of the row's next
+// magnitudes and takes the quad's maximum (the quad's four threads share a row), kept in bound[r].
+// The parts are sums, a + b, and the maximum of the sums is at least half the sum of the maxima,
+// so the invariant is: the row's largest magnitude <= 2 bound[r]. While bound * inv stays in
+// [2^-4, 2^14] the factor stays (1 in the common case: the packing then multiplies by nothing);
+// outside it the factor moves so that bound * inv lands in [2^12, 2^13): with the factor 2 of the
+// invariant the packed row stays below 2^15 (f16's largest finite value is 65504), and its largest
+// elements so far above f16's smallest normal (2^-14) that every element within 2^-10 of them
+// keeps f16's full 10-bit mantissa. A zero, inf or NaN bound leaves the factor alone (a zero row
+// packs exactly with any factor; inf and NaN propagate as they would in f32). Factors stay in
+// [2^-100, 2^100].
+struct F16RowFactors {
+  float inv[2] = {1.0f, 1.0f};
+  float fwd[2] = {1.0f, 1.0f};
+  float bound[2] = {0.0f, 0.0f};  // quad-uniform
+};
+
+__device__ __forceinline__ void update_f16_row_factors(float bound0, float bound1,
+                                                       F16RowFactors& f) {
+  const float bound[2] = {bound0, bound1};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float b = bound[r];
+    b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, 1));
+    b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, 2));
+    f.bound[r] = b;
+    const float scaled = b * f.inv[r];
+    if (b > 0.0f && b < INFINITY && !(scaled >= 0.0625f && scaled <= 16384.0f)) {
+      const int e = min(max(12 - ilogbf(b), -100), 100);  // 2^(12 - e) <= b < 2^(13 - e)
+      f.inv[r] = ldexpf(1.0f, e);
+      f.fwd[r] = ldexpf(1.0f, -e);
+    }
+  }
+}
+
+// This thread's parts of the row maxima of |S^T| (rows g and g + 8).
+template <int kNK>
+__device__ __forceinline__ void row_abs_max(const float (&s)[kNK][4], float (&m)[2]) {
+  m[0] = m[1] = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < kNK; ++nt) {
+    m[0] = fmaxf(m[0], fmaxf(fabsf(s[nt][0]), fabsf(s[nt][1])));
+    m[1] = fmaxf(m[1], fmaxf(fabsf(s[nt][2]), fabsf(s[nt][3])));
+  }
+}
+
+// The row factors for S^T as it enters the scan (its rows' own maxima as the bound).
+template <int kNK>
+__device__ __forceinline__ void init_f16_row_factors(const float (&s)[kNK][4], F16RowFactors& f) {
+  float m[2];
+  row_abs_max(s, m);
+  f = F16RowFactors{};
+  update_f16_row_factors(m[0], m[1], f);
+}
+
 // One chunk of the recurrence for this warp's 16 value columns (see the header); `o` rows
 // i < nv come back in o_out (the caller stores them: store_o). On entry sKe and sQg (the WQ buffer
 // at byte `wq_off`) hold the chunk's tiles (the caller waited on their bulk copies' mbarrier);
-// `mid()` is called by every thread right after the last read of sKe / sQg and must return with sA,
-// sTinv, sKgT, sGamma and sV of the chunk visible in the REST buffer at byte `rest_off` the same
-// way (the kernel's pipeline: it refills that WQ buffer and the other REST buffer there). The
-// transition pass (Tr::kTransition, segments.cuh) computes only X^T, v_new and the state update,
-// with v = 0 on the M columns (m_part) and no o. `during_xo()` is called by every thread while the
-// X^T / O^T products run; it must not touch this chunk's tiles or accumulators.
+// `mid()` is called by every thread right after the last read of sKe / sQg (/ sKa) and must return
+// with sA, sTinv, sKgT, sGamma and sV of the chunk visible in the REST buffer at byte `rest_off`
+// the same way (the kernel's pipeline: it refills that WQ buffer and the other REST buffer there).
+// The transition pass (Tr::kTransition, segments.cuh) computes only X^T, v_new and the state
+// update, with v = 0 on the M columns (m_part) and no o. `during_xo()` is called by every thread
+// while the X^T / O^T products run; it must not touch this chunk's tiles or accumulators. With f16
+// keys `rf` carries the range guard's row factors and bounds from chunk to chunk, and
+// `refresh_bound` asks for the rows' exact maxima this chunk.
 template <class Tr, int kVs, class DuringXO, class Mid>
 __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, int nv, int v0,
                                           bool m_part, const unsigned char* smem, int wq_off,
                                           int rest_off, float (&s)[Tr::kK / 8][4],
-                                          float (&o_out)[Tr::kBT / 8][4], DuringXO&& during_xo,
-                                          Mid&& mid) {
+                                          float (&o_out)[Tr::kBT / 8][4], F16RowFactors& rf,
+                                          bool refresh_bound, DuringXO&& during_xo, Mid&& mid) {
   constexpr int kNK = Tr::kK / 8;   // 8-wide tiles along d
   constexpr int kNJ = Tr::kBT / 8;  // 8-wide tiles along the chunk rows
   const uint64_t dKe = wgmma_desc_base(smem_address(smem + wq_off + Tr::kOffKe));
@@ -334,32 +410,92 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   for (int nn = 0; nn < kNJ; ++nn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[nn][e] = o[nn][e] = 0.0f;
-  // NOTE: the A fragments must stay unchanged until their wgmma completes; all K / 8 of them are
-  // live through one commit group (one wait per chunk here instead of two: ptxas places the 64
-  // registers without spills or serialisation at K = 128; with the late o store, scan 0.530 ->
-  // 0.506 ms at B1-T8192-H96 in a development A/B, twentieth session). The copies pass S^T's f32
-  // bits, which the tensor core truncates to tf32, instead of rounding them to nearest: rounding
-  // then took three instructions per element (64 per thread and chunk, on the serial chain), and
-  // dropping it made the scan 2-5 % faster with the same accuracy to three digits (o 1.72e-3, final
-  // state 3.6e-4 rel-RMS on the five benchmark cases; development A/B, eleventh session, chunk_fwd
-  // README). to_tf32 is one instruction now (cvt.rn, mma.cuh); the rounded copy has not been
-  // measured since. S^T itself stays f32; only this operand copy loses the low bits.
   wgmma_fence_operands<4 * kNJ>(&x[0][0]);
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
-  uint32_t a[kNK][4];
+  // With f16 keys X^T and O^T come out with their rows times inv and their columns (chunk rows
+  // j) divided by the keys' row anchors exp2(A_j): fwd = 1 / inv and ka (read while the products
+  // run) take both back, X^T's in R below (an FFMA), O^T's where o_out is formed. Both 1 with
+  // tf32 keys (then fmaf(-1, x, v) is v - x, bitwise).
+  const float fwd[2] = {rf.fwd[0], rf.fwd[1]};
+  float ka[kNJ][2];  // ka[nn][s]: chunk row 8 nn + t + 4 s
 #pragma unroll
-  for (int kk = 0; kk < kNK; ++kk) a_from_acc<false>(s[kk], a[kk]);
-  wgmma_fence();
+  for (int nn = 0; nn < kNJ; ++nn) ka[nn][0] = ka[nn][1] = 1.0f;
+  // m_s: a bound of this thread's rows of |S^T| (f16 keys): the rows' exact maxima on refresh
+  // chunks, else the carried bound (gamma <= 1 keeps it one). Taken here, before any product is
+  // in flight: a branch while a wgmma runs makes ptxas wait for it (C7517).
+  float m_s[2] = {rf.bound[0], rf.bound[1]};
+  if (Tr::kF16Keys && refresh_bound) row_abs_max(s, m_s);
+  if constexpr (Tr::kF16Keys) {
+    // S^T as an f16 A operand (m64 k16: a0 = (c0, c1) of accumulator tile 2 kk, a1 = (c2, c3),
+    // a2 / a3 the same of tile 2 kk + 1, so the pack needs no permutation), each row times its
+    // power-of-two factor inv (1 unless the range guard below moved it).
+    uint32_t a[kNK / 2][4];
+    const float inv[2] = {rf.inv[0], rf.inv[1]};
+    const bool scaled = inv[0] != 1.0f || inv[1] != 1.0f;
+    if (!scaled) {
 #pragma unroll
-  for (int k = 0; k < kNK; ++k) {
-    wgmma_tf32<Tr::kBT>(&x[0][0], a[k], wgmma_desc_step<Tr::kBT>(dKe, k));
-    if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[k], wgmma_desc_step<Tr::kBT>(dQg, k));
+      for (int kk = 0; kk < kNK / 2; ++kk) {
+        a[kk][0] = pack_f16x2(s[2 * kk][0], s[2 * kk][1]);
+        a[kk][1] = pack_f16x2(s[2 * kk][2], s[2 * kk][3]);
+        a[kk][2] = pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[kk][3] = pack_f16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kNK / 2; ++kk) {
+        a[kk][0] = pack_f16x2(inv[0] * s[2 * kk][0], inv[0] * s[2 * kk][1]);
+        a[kk][1] = pack_f16x2(inv[1] * s[2 * kk][2], inv[1] * s[2 * kk][3]);
+        a[kk][2] = pack_f16x2(inv[0] * s[2 * kk + 1][0], inv[0] * s[2 * kk + 1][1]);
+        a[kk][3] = pack_f16x2(inv[1] * s[2 * kk + 1][2], inv[1] * s[2 * kk + 1][3]);
+      }
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kNK / 2; ++k) {
+      wgmma_f16_n32(&x[0][0], a[k], wgmma_desc_step<Tr::kBT>(dKe, k));
+      if constexpr (kOut) wgmma_f16_n32(&o[0][0], a[k], wgmma_desc_step<Tr::kBT>(dQg, k));
+    }
+    wgmma_commit();
+    // The anchors of this thread's chunk rows (sKa in pair order: rows t and t + 4 of tile nn
+    // are adjacent), before mid() lets the WQ buffer be refilled.
+    const float* sKa = reinterpret_cast<const float*>(smem + wq_off + Tr::kOffKa);
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn) {
+      const float2 k2 = *reinterpret_cast<const float2*>(sKa + 8 * nn + 2 * t);
+      ka[nn][0] = k2.x;
+      ka[nn][1] = k2.y;
+    }
+    during_xo();
+    wgmma_wait<0>();
+    wgmma_fence_operands<4 * kNJ>(&x[0][0]);
+    if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  } else {
+    // NOTE: the A fragments must stay unchanged until their wgmma completes; all K / 8 of them
+    // are live through one commit group (one wait per chunk here instead of two: ptxas places the
+    // 64 registers without spills or serialisation at K = 128; with the late o store, scan 0.530
+    // -> 0.506 ms at B1-T8192-H96 in a development A/B, twentieth session). The copies pass S^T's
+    // f32 bits, which the tensor core truncates to tf32, instead of rounding them to nearest:
+    // rounding then took three instructions per element (64 per thread and chunk, on the serial
+    // chain), and dropping it made the scan 2-5 % faster with the same accuracy to three digits
+    // (eleventh session, chunk_fwd README). S^T itself stays f32; only this operand copy loses
+    // the low bits. The tf32 A layout interleaves the accumulator's registers (c0, c2, c1, c3),
+    // so these copies are register moves on the chain (~10 % of the stall samples at H96,
+    // twenty-first session): the f16 branch above packs instead.
+    uint32_t a[kNK][4];
+#pragma unroll
+    for (int kk = 0; kk < kNK; ++kk) a_from_acc<false>(s[kk], a[kk]);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kNK; ++k) {
+      wgmma_tf32<Tr::kBT>(&x[0][0], a[k], wgmma_desc_step<Tr::kBT>(dKe, k));
+      if constexpr (kOut) wgmma_tf32<Tr::kBT>(&o[0][0], a[k], wgmma_desc_step<Tr::kBT>(dQg, k));
+    }
+    wgmma_commit();
+    during_xo();
+    wgmma_wait<0>();
+    wgmma_fence_operands<4 * kNJ>(&x[0][0]);
+    if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
   }
-  wgmma_commit();
-  during_xo();
-  wgmma_wait<0>();
-  wgmma_fence_operands<4 * kNJ>(&x[0][0]);
-  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
 
   // sKe and sQg are dead from here on; sA, sTinv, sKgT, sGamma, sV are ready after the hook.
   mid();
@@ -381,7 +517,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   for (int nn = 0; nn < kNJ; ++nn) {
     float r[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) r[e] = v[nn][e] - x[nn][e];
+    for (int e = 0; e < 4; ++e) r[e] = fmaf(-(fwd[e / 2] * ka[nn][e % 2]), x[nn][e], v[nn][e]);
     if (nv < Tr::kBT) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -420,27 +556,51 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
 
   // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros) and
   // S^T += v_new^T kg (N = K; B = kg^T, rows d in pair order, so S^T keeps its column order),
-  // one commit group.
-  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  // one commit group. With f16 keys the first product goes to its own accumulator o2, and O^T =
+  // fwd S^T qg^T + o2 after the wait: O^T's registers then keep the values their wgmma defined,
+  // which ptxas needs to leave the late o store of the 8-warp scan without injected waits.
+  float o2[kNJ][4];
+  float* o_acc = Tr::kF16Keys ? &o2[0][0] : &o[0][0];
+  if constexpr (Tr::kF16Keys && kOut) {
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o2[nn][e] = 0.0f;
+  }
+  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(o_acc);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
   wgmma_fence();
   if constexpr (kOut) {
 #pragma unroll
     for (int kk = 0; kk < kNJ; ++kk)
-      wgmma_tf32<Tr::kBT>(&o[0][0], va[kk], wgmma_desc_step<Tr::kBT>(dA, kk));
+      wgmma_tf32<Tr::kBT>(o_acc, va[kk], wgmma_desc_step<Tr::kBT>(dA, kk));
   }
 #pragma unroll
   for (int kk = 0; kk < kNJ; ++kk)
     wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc_step<Tr::kK>(dKgT, kk));
   wgmma_commit();
+  if constexpr (Tr::kF16Keys) {  // while the state update runs: the next chunk's row factors
+    float m_v[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn) {
+      m_v[0] = fmaxf(m_v[0], fmaxf(fabsf(vn[nn][0]), fabsf(vn[nn][1])));
+      m_v[1] = fmaxf(m_v[1], fmaxf(fabsf(vn[nn][2]), fabsf(vn[nn][3])));
+    }
+    // gamma <= 1 and |kg| <= 1 (f16_keys_apply), so the updated state's row is at most
+    // (the row's bound of m_s) + BT (the row's maximum of m_v): the invariant of
+    // update_f16_row_factors holds again.
+    update_f16_row_factors(m_s[0] + Tr::kBT * m_v[0], m_s[1] + Tr::kBT * m_v[1], rf);
+  }
   wgmma_wait<0>();
-  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(&o[0][0]);
+  if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(o_acc);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
   if constexpr (kOut) {
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o_out[nn][e] = o[nn][e];
+      for (int e = 0; e < 4; ++e)
+        o_out[nn][e] =
+            Tr::kF16Keys ? fmaf(fwd[e / 2] * ka[nn][e % 2], o[nn][e], o2[nn][e]) : o[nn][e];
   }
 }
 

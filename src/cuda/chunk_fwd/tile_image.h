@@ -56,6 +56,16 @@ OPENKDA_HOST_DEVICE constexpr uint32_t pair_image_offset(uint32_t r, uint32_t d)
   return swizzled_offset<kRows>(pair_row(r), d / 4) + 4 * (d % 4);
 }
 
+// Byte offset of element (row r, column d) of a swizzled K-major f16 tile image of kRows rows (ke,
+// qg): rows in pair order as pair_image_offset, 64 columns per 128-byte region, and within each
+// 8-column group (one 16-byte chunk) the columns in pair order too (physical column q holds d =
+// 8 (q / 8) + scan_row(q % 8)), the order of S^T's accumulator columns, so that the m64k16 f16 A
+// fragment packed from its accumulator tiles as they stand meets the B columns of the same d.
+template <int kRows>
+OPENKDA_HOST_DEVICE constexpr uint32_t half_pair_image_offset(uint32_t r, uint32_t d) {
+  return swizzled_offset<kRows>(pair_row(r), d / 8) + 2 * pair_row(d % 8);
+}
+
 // Float index of element (chunk row j, value column c) of a v image of kBT rows (c relative to the
 // first column of the image, a multiple of 64).
 template <int kBT>

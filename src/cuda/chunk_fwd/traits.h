@@ -92,10 +92,16 @@ struct PrepTraits {
                 "kMinBlocks CTAs per multiprocessor (1 KB reserved per CTA)");
 };
 
-template <int kK_, int kBT_, bool kTransition_ = false>
+template <int kK_, int kBT_, bool kTransition_ = false, bool kF16Keys_ = false>
 struct ScanTraits {
   static constexpr int kK = kK_;
   static constexpr int kBT = kBT_;
+  // kF16Keys: sKe and sQg are f16 tiles and X^T / O^T f16 wgmma (params.h: f16_keys_apply).
+  static constexpr bool kF16Keys = kF16Keys_;
+  static constexpr int kKeyBytes = kF16Keys ? 2 : 4;
+  // With f16 keys: chunks between exact row maxima of S^T in the range guard (state.cuh).
+  static constexpr int kF16BoundRefresh = 8;
+  static_assert(kF16BoundRefresh >= 1, "a refresh period of at least one chunk");
   // kTransition: the time split's first pass (segments.cuh), which needs no output tiles (sQg,
   // sA): 75 KB at K = 128, BT = 32, vs = 64 (99 KB with them), so two CTAs of either pass share
   // a multiprocessor.
@@ -107,8 +113,9 @@ struct ScanTraits {
   // ---- shared memory plan (bytes from a 1024-byte aligned base) ----
   //   wq_buffers(vs) WQ buffers (chunks c_begin + k with k % wq_buffers in buffer k %
   //     wq_buffers; each kWqBytes, 1024-byte aligned at wq_offset(buffer)): sKe, sQg [kBT][kK]
-  //     tf32: wgmma B operands, 128-byte swizzled K-major (wgmma.cuh), rows in the pair order of
-  //     scan_row (tile_image.h). sQg is empty in the transition pass.
+  //     tf32 (f16 with kF16Keys: half_pair_image_offset): wgmma B operands, 128-byte swizzled
+  //     K-major (wgmma.cuh), rows in the pair order of scan_row (tile_image.h). sQg is empty in
+  //     the transition pass. With kF16Keys, sKa [kBT] f32 follows (the row anchors, pair order).
   //   two REST buffers (chunks of even and odd index from the segment's first; kRest* are byte
   //     offsets within a buffer, which starts 1024-byte aligned at rest_offset(buffer, vs)):
   //     sA [kBT][kBT] tf32 (A_qk; swizzled, pair order; empty in the transition pass), sTinv
@@ -122,8 +129,10 @@ struct ScanTraits {
   // Sizes at K = 128: 147 KB at vs = 128 (two WQ buffers), 99 KB for the 4-warp output CTA (one),
   // 91 KB for the transition CTA (two WQ buffers of sKe alone).
   static constexpr int kOffKe = 0;  // within a WQ buffer
-  static constexpr int kOffQg = kOffKe + kBT * kK * 4;
-  static constexpr int kWqBytes = kOffQg + (kTransition ? 0 : kBT * kK * 4);
+  static constexpr int kOffQg = kOffKe + kBT * kK * kKeyBytes;
+  // With f16 keys, sKa [kBT] f32 after the key tiles: the rows' anchors exp2(A_j) (params.h: ka).
+  static constexpr int kOffKa = kOffQg + (kTransition ? 0 : kBT * kK * kKeyBytes);
+  static constexpr int kWqBytes = kF16Keys ? (kOffKa + kBT * 4 + 1023) / 1024 * 1024 : kOffKa;
   static constexpr int kRestA = 0;
   static constexpr int kRestTinv = kRestA + (kTransition ? 0 : kBT * kBT * 4);
   static constexpr int kRestKgT = kRestTinv + kBT * kBT * 4;
@@ -156,7 +165,7 @@ struct ScanTraits {
   static_assert(kOffQg % 1024 == 0 && kWqBytes % 1024 == 0 && kRestTinv % 1024 == 0 &&
                     kRestKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
-  static_assert(kRestGamma % 16 == 0 && kRestV % 1024 == 0,
+  static_assert(kOffKa % 16 == 0 && kRestGamma % 16 == 0 && kRestV % 1024 == 0,
                 "16-byte aligned bulk-copy destinations; sV on the 128-byte swizzle's 1 KB period");
   static_assert(rest_bytes(64) % 1024 == 0 && rest_bytes(128) % 1024 == 0 &&
                     bar_offset(64) % 8 == 0 && bar_offset(128) % 8 == 0,

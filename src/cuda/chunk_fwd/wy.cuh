@@ -4,10 +4,14 @@
 // What it computes, for rows i < nv of one chunk; every tile goes to the workspace whole, as the
 // scan's shared-memory image (tile_image.h), rows (columns of kg^T) past the chunk from the
 // zero rows of q, k, beta there. qg, ke, kg^T and Tinv' are only ever tensor-core operands, so they
-// are stored as tf32 operands (tf32_operand, mma.cuh); gamma and the copy of an f32 / f64 v stay
-// f32 (a bf16 / f16 v is not copied: the scan reads it from v by tensor-map boxes):
+// are stored as tf32 operands (tf32_operand, mma.cuh), qg and ke as f16 with f16 keys (params.h:
+// f16_keys_apply; half_pair_image_offset; each row anchored, below); gamma and the copy of an
+// f32 / f64 v stay f32 (a bf16 / f16 v is not copied: the scan reads it from v by tensor-map
+// boxes):
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
 //   ke_i  = k_i * exp2(G_i)                      -> workspace ke
+//     with f16 keys: qg_i, ke_i times exp2(-A_i), A_i = floor(max_d G_id) (the row's anchor,
+//     clamped at -200), and exp2(A_i) -> workspace ka (pair order; the scan multiplies back)
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
 //                                                   transposed per chunk slot, params.h)
 //   gamma = exp2(G_last)                          -> workspace gamma (one row per chunk; f32)
@@ -58,9 +62,65 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
   static_assert(32 % kC4 == 0 && Tr::kBT == 32, "whole rows per warp; kg^T: one 32-row region");
   const unsigned utid = static_cast<unsigned>(tid), uthreads = static_cast<unsigned>(threads);
   const float* sGlast = sG + (cc.nv - 1) * kLd;
-  char* gQg = reinterpret_cast<char*>(p.qg + tile * Tr::kBT * Tr::kK);
-  char* gKe = reinterpret_cast<char*>(p.ke + tile * Tr::kBT * Tr::kK);
-  {
+  if (p.f16_keys) {
+    // f16 images (params.h: f16_keys_apply): thread (rows i0 + step r, one 16-byte chunk of 8
+    // columns d, stored in the pair order of half_pair_image_offset), two float4 row reads per
+    // tensor, one exp2 per element for both.
+    constexpr unsigned kC8 = Tr::kK / 8;
+    char* gQg = reinterpret_cast<char*>(p.qg) + tile * Tr::kBT * Tr::kK * 2;
+    char* gKe = reinterpret_cast<char*>(p.ke) + tile * Tr::kBT * Tr::kK * 2;
+    const unsigned d = 8 * (utid % kC8), step = uthreads / kC8;
+    for (unsigned i = utid / kC8; i < Tr::kBT; i += step) {
+      // The row's anchor A = floor(max over d of G) (the kC8 consecutive lanes of the row; every
+      // lane of a warp makes the same number of steps: the writer threads are whole warps and
+      // BT = 32, so step and BT are multiples of the 32 / kC8 rows a warp holds). ke and qg are
+      // stored times exp2(G - A) (each row's largest factor in [1, 2), however far the chunk has
+      // decayed: f16's exponent range ends at 2^-24), and the scan multiplies the products'
+      // columns by exp2(A) (ka, pair order), exactly: a power of two. The clamp keeps A finite
+      // for rows whose G is -inf or NaN everywhere (their factors are 0 or NaN either way).
+      float gv[8];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 g4 = *reinterpret_cast<const float4*>(sG + i * kLd + d + 4 * h);
+        gv[4 * h] = g4.x;
+        gv[4 * h + 1] = g4.y;
+        gv[4 * h + 2] = g4.z;
+        gv[4 * h + 3] = g4.w;
+      }
+      float a = gv[0];
+#pragma unroll
+      for (int c = 1; c < 8; ++c) a = fmaxf(a, gv[c]);
+#pragma unroll
+      for (unsigned lanes = kC8 / 2; lanes >= 1; lanes /= 2)
+        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, lanes));
+      a = fmaxf(floorf(a), -200.0f);
+      if (utid % kC8 == 0) p.ka[tile * Tr::kBT + pair_row(i)] = ldexpf(1.0f, static_cast<int>(a));
+      float qv[8], kv[8];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d + 4 * h);
+        const float4 k4 = *reinterpret_cast<const float4*>(sK + i * kLd + d + 4 * h);
+        const float qq[4] = {q4.x, q4.y, q4.z, q4.w}, kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float e = exp2_operand(gv[4 * h + c] - a);
+          qv[4 * h + c] = p.scale * qq[c] * e;
+          kv[4 * h + c] = kk[c] * e;
+        }
+      }
+      uint32_t qp[4], kp[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {  // physical columns 2c, 2c + 1 hold d + scan_row(2c), + 1
+        qp[c] = pack_f16x2(qv[scan_row(2 * c)], qv[scan_row(2 * c + 1)]);
+        kp[c] = pack_f16x2(kv[scan_row(2 * c)], kv[scan_row(2 * c + 1)]);
+      }
+      const uint32_t at = half_pair_image_offset<Tr::kBT>(i, d);
+      *reinterpret_cast<uint4*>(gQg + at) = make_uint4(qp[0], qp[1], qp[2], qp[3]);
+      *reinterpret_cast<uint4*>(gKe + at) = make_uint4(kp[0], kp[1], kp[2], kp[3]);
+    }
+  } else {
+    char* gQg = reinterpret_cast<char*>(p.qg + tile * Tr::kBT * Tr::kK);
+    char* gKe = reinterpret_cast<char*>(p.ke + tile * Tr::kBT * Tr::kK);
     const unsigned c16 = utid % kC4, d = 4 * c16, step = uthreads / kC4;
     for (unsigned i = utid / kC4; i < Tr::kBT; i += step) {
       const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d);
