@@ -1,5 +1,6 @@
 // Kernels of the chunk_kda forward and their launchers: compositions of the stages in
-// chunk_index.cuh, gate_cumsum.cuh, intra.cuh, wy.cuh and state.cuh (docs/design.md section 3).
+// chunk_index.cuh, gate_cumsum.cuh, intra.cuh, wy.cuh, state.cuh and scan_io.cuh (docs/design.md
+// section 3).
 //
 //   openkda_fwd_chunk_index_kernel  varlen only: chunk_offsets = exclusive cumsum of
 //                                   ceil(len / BT), and h_offsets of ceil(len /

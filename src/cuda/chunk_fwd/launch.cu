@@ -68,6 +68,10 @@ GateMode gate_mode_of(const ChunkFwdArgs& a) {
                                : GateMode::kSoftplus;
 }
 
+float lower_bound_of(const ChunkFwdArgs& a) {  // 0 without the lower-bound gate
+  return a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f;
+}
+
 float scale_of(const ChunkFwdArgs& a, int64_t K) {
   return static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(K)));
 }
@@ -85,9 +89,8 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h = a.h.defined();
   d.v_map = chunk_forward::v_by_tensor_map(a.v.dtype);
   d.inputs_by_tma = chunk_forward::inputs_by_tensor_map(a.q.dtype, a.g.dtype);
-  d.f16_keys = chunk_forward::f16_keys_apply(
-      a.use_qk_l2norm_in_kernel, gate_mode_of(a),
-      a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f, scale_of(a, d.K));
+  d.f16_keys = chunk_forward::f16_keys_apply(a.use_qk_l2norm_in_kernel, gate_mode_of(a),
+                                             lower_bound_of(a), scale_of(a, d.K));
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -274,7 +277,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
 
   p.scale = scale_of(a, d.K);
   p.gate_mode = gate_mode_of(a);
-  p.lower_bound = a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f;
+  p.lower_bound = lower_bound_of(a);
   p.l2norm = a.use_qk_l2norm_in_kernel;
   p.beta_sigmoid = a.use_beta_sigmoid_in_kernel;
   p.beta_scale = a.allow_neg_eigval ? 2.0f : 1.0f;

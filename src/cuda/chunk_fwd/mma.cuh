@@ -12,7 +12,11 @@
 // product (a0 = c0... see a_from_acc), and pairs of consecutive k load as one float2.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 namespace openkda::cuda::chunk_forward {
 
@@ -55,10 +59,18 @@ __device__ __forceinline__ void a_from_acc(const float (&c)[4], uint32_t (&a)[4]
   a[3] = op(c[3]);
 }
 
-// Two f32 values as one f16x2 register (round to nearest even), `lo` in the low half.
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+// Two f32 values as one 32-bit pair of 16-bit T (__half or __nv_bfloat16), `lo` in the low half,
+// rounded to nearest even: one cvt.rn.{f16,bf16}x2.f32. The f16 wgmma operands (state.cuh), the
+// f16 key tiles (wy.cuh) and the packed 16-bit o stores (scan_io.cuh).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_b16(float lo, float hi) {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "a 16-bit float");
   uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  }
   return r;
 }
 

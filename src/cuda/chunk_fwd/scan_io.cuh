@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/chunk_fwd/chunk_index.cuh"
+#include "cuda/chunk_fwd/mma.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/tile_image.h"
 #include "cuda/chunk_fwd/traits.h"
@@ -97,14 +98,6 @@ __device__ __forceinline__ void store_o_rows(const ChunkFwdParams& p, int64_t o_
       if (i < nv) dst[i * row_stride + 8 * (e / 2)] = from_f32<T>(o[nn][e]);
     }
   }
-}
-
-// Two values as one 32-bit pair of 16-bit T (bf16 or f16), `lo` in the low half.
-template <typename T>
-__device__ __forceinline__ uint32_t pack_b16(float lo, float hi) {
-  const T a = from_f32<T>(lo), b = from_f32<T>(hi);
-  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&a)) |
-         (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&b)) << 16);
 }
 
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {

@@ -170,6 +170,23 @@ __device__ __forceinline__ void row_abs_max(const float (&s)[kNK][4], float (&m)
   }
 }
 
+// S^T as the f16 A operand of X^T and O^T (m64 k16: a0 = (c0, c1) of accumulator tile 2 kk, a1 =
+// (c2, c3), a2 / a3 the same of tile 2 kk + 1, so the pack needs no permutation), the rows g and
+// g + 8 times their factors inv; kScaled = false (every factor 1, the common case) multiplies by
+// nothing.
+template <bool kScaled, int kNK>
+__device__ __forceinline__ void pack_s_f16(const float (&s)[kNK][4], const float (&inv)[2],
+                                           uint32_t (&a)[kNK / 2][4]) {
+  const float f0 = kScaled ? inv[0] : 1.0f, f1 = kScaled ? inv[1] : 1.0f;
+#pragma unroll
+  for (int kk = 0; kk < kNK / 2; ++kk) {
+    a[kk][0] = pack_b16<__half>(f0 * s[2 * kk][0], f0 * s[2 * kk][1]);
+    a[kk][1] = pack_b16<__half>(f1 * s[2 * kk][2], f1 * s[2 * kk][3]);
+    a[kk][2] = pack_b16<__half>(f0 * s[2 * kk + 1][0], f0 * s[2 * kk + 1][1]);
+    a[kk][3] = pack_b16<__half>(f1 * s[2 * kk + 1][2], f1 * s[2 * kk + 1][3]);
+  }
+}
+
 // The row factors for S^T as it enters the scan (its rows' own maxima as the bound).
 template <int kNK>
 __device__ __forceinline__ void init_f16_row_factors(const float (&s)[kNK][4], F16RowFactors& f) {
@@ -231,28 +248,14 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   float m_s[2] = {rf.bound[0], rf.bound[1]};
   if (Tr::kF16Keys && refresh_bound) row_abs_max(s, m_s);
   if constexpr (Tr::kF16Keys) {
-    // S^T as an f16 A operand (m64 k16: a0 = (c0, c1) of accumulator tile 2 kk, a1 = (c2, c3),
-    // a2 / a3 the same of tile 2 kk + 1, so the pack needs no permutation), each row times its
-    // power-of-two factor inv (1 unless the range guard below moved it).
+    // S^T as an f16 A operand, each row times its power-of-two factor inv (1 unless the range
+    // guard below moved it: then the pack multiplies by nothing).
     uint32_t a[kNK / 2][4];
-    const float inv[2] = {rf.inv[0], rf.inv[1]};
-    const bool scaled = inv[0] != 1.0f || inv[1] != 1.0f;
+    const bool scaled = rf.inv[0] != 1.0f || rf.inv[1] != 1.0f;
     if (!scaled) {
-#pragma unroll
-      for (int kk = 0; kk < kNK / 2; ++kk) {
-        a[kk][0] = pack_f16x2(s[2 * kk][0], s[2 * kk][1]);
-        a[kk][1] = pack_f16x2(s[2 * kk][2], s[2 * kk][3]);
-        a[kk][2] = pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[kk][3] = pack_f16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
+      pack_s_f16<false>(s, rf.inv, a);
     } else {
-#pragma unroll
-      for (int kk = 0; kk < kNK / 2; ++kk) {
-        a[kk][0] = pack_f16x2(inv[0] * s[2 * kk][0], inv[0] * s[2 * kk][1]);
-        a[kk][1] = pack_f16x2(inv[1] * s[2 * kk][2], inv[1] * s[2 * kk][3]);
-        a[kk][2] = pack_f16x2(inv[0] * s[2 * kk + 1][0], inv[0] * s[2 * kk + 1][1]);
-        a[kk][3] = pack_f16x2(inv[1] * s[2 * kk + 1][2], inv[1] * s[2 * kk + 1][3]);
-      }
+      pack_s_f16<true>(s, rf.inv, a);
     }
     wgmma_fence();
 #pragma unroll

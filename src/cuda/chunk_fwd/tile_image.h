@@ -83,7 +83,7 @@ OPENKDA_HOST_DEVICE constexpr uint32_t v_box_offset(uint32_t j, uint32_t c) {
   return swizzled_offset<kBT>(j, c / 8) + 2 * (c % 8);
 }
 
-// The scan's reads of the 16-bit v boxes, by ldmatrix .x4 .trans (state.cuh: read_v_fragment).
+// The scan's reads of the 16-bit v boxes, by ldmatrix .x4 .trans (scan_io.cuh: read_v_fragment).
 // Load q of a warp whose 16 value columns start at c0 (a multiple of 16) reads chunk rows
 // 16 q .. 16 q + 15: lane l gives the row address of its matrix m = l / 8, row r = l % 8, where
 // matrix m is the 8-row tile nn = 2 q + m / 2 and the column half h = m % 2, and its row r is the

@@ -111,8 +111,8 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
       uint32_t qp[4], kp[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {  // physical columns 2c, 2c + 1 hold d + scan_row(2c), + 1
-        qp[c] = pack_f16x2(qv[scan_row(2 * c)], qv[scan_row(2 * c + 1)]);
-        kp[c] = pack_f16x2(kv[scan_row(2 * c)], kv[scan_row(2 * c + 1)]);
+        qp[c] = pack_b16<__half>(qv[scan_row(2 * c)], qv[scan_row(2 * c + 1)]);
+        kp[c] = pack_b16<__half>(kv[scan_row(2 * c)], kv[scan_row(2 * c + 1)]);
       }
       const uint32_t at = half_pair_image_offset<Tr::kBT>(i, d);
       *reinterpret_cast<uint4*>(gQg + at) = make_uint4(qp[0], qp[1], qp[2], qp[3]);
@@ -207,7 +207,7 @@ __device__ __forceinline__ void write_v_image_v(const ChunkFwdParams& p, const C
 }
 
 // The chunk's copy of v for the scan at its tile of the workspace: an f32 / f64 v only; the scan
-// loads a bf16 / f16 v's rows from v itself (tensor-map boxes, state.cuh; v_by_tensor_map).
+// loads a bf16 / f16 v's rows from v itself (tensor-map boxes, scan_io.cuh; v_by_tensor_map).
 template <class Tr>
 __device__ __forceinline__ void write_v_image(const ChunkFwdParams& p, const ChunkCoord& cc, int hv,
                                               int64_t tile) {
