@@ -24,9 +24,9 @@
 //   the tile (tile_image.h; every row, those past the chunk from q = 0); A_kk stays in shared
 //   memory in f32 (the inverse reads it).
 //
-// Inverse: the diagonal blocks by forward substitution in f32 (one warp per block, lane j owns
-// column j in registers: X[i][j] = -(A[i][j] + sum_{j<m<i} A[i][m] X[m][j]), the CPU order), then
-// block forward substitution over the block rows r = 1 .. NB - 1:
+// Inverse, by one warp (invert_chunk_warp): the diagonal blocks by forward substitution in f32
+// (lane j of a half warp owns column j in registers: X[i][j] = -(A[i][j] + sum_{j<m<i} A[i][m]
+// X[m][j]), the CPU order), then block forward substitution over the block rows r = 1 .. NB - 1:
 //   P_rc = sum_{m=c}^{r-1} A_rm Tinv_mc  (c < r),   Tinv_rc = -X_rr P_rc.
 // Row i of Tinv depends on rows <= i of A_kk only.
 //
@@ -190,39 +190,50 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, const fl
   }
 }
 
-// X_bb = (I + A_bb)^-1 of every diagonal block, in place. Warp b < NB, lanes 0..15.
-template <class Tr>
-__device__ __forceinline__ void invert_diag_blocks(float* sA) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp >= Tr::kNB || lane >= kSubChunk) return;
-  float* blk = sA + kSubChunk * warp * (Tr::kLdA + 1);
-  const int j = lane;
-  float x[kSubChunk];  // column j of X
-#pragma unroll
-  for (int i = 0; i < kSubChunk; ++i) {
-    const float* Ai = blk + i * Tr::kLdA;
-    float acc = Ai[j];
-#pragma unroll
-    for (int m = 0; m < i; ++m) {
-      if (m > j) acc += Ai[m] * x[m];
-    }
-    x[i] = i > j ? -acc : (i == j ? 1.0f : 0.0f);
-  }
-  __syncwarp(0x0000ffffu);  // every lane has read its block before any lane overwrites it
-#pragma unroll
-  for (int i = 0; i < kSubChunk; ++i) blk[i * Tr::kLdA + j] = x[i];
+// Barrier `id` (1 .. 15; 0 is __syncthreads) over the first `threads` threads of the CTA (a
+// multiple of 32): orders their shared-memory accesses as __syncthreads does for the whole CTA.
+__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Off-diagonal blocks of Tinv by block forward substitution (see the header). Expects the
-// inverted diagonal blocks to be visible (a barrier after invert_diag_blocks); ends with a barrier.
-// Each thread owns 4 consecutive columns j of one row i of one block (r, c): float4 reads of the
-// right operand, and the left operand's row read 4 values at a time. Every element sums in the
-// order m, l (f32 fma), as the CPU twin.
+// Tinv = (I + A_kk)^-1 in place of A_kk (sA), by one warp (the kernel's warp 0, once every A_kk
+// block is in sA), in the order of the CPU twin:
+//   * the diagonal blocks X_bb = (I + A_bb)^-1 by forward substitution: lane l owns column
+//     j = l % 16 of block b = l / 16 in registers, X[i][j] = -(A[i][j] + sum_{j<m<i} A[i][m]
+//     X[m][j]);
+//   * then block forward substitution over the block rows r = 1 .. NB - 1:
+//     P_rc = sum_{m=c}^{r-1} A_rm Tinv_mc (c < r, into sP), Tinv_rc = -X_rr P_rc; each lane owns
+//     4 consecutive columns j of one row i of one block (r, c) per step (float4 reads of the right
+//     operand, the left operand's row 4 values at a time); every element sums in the order m, l
+//     (f32 fma).
+// One warp keeps the inverse off the block barriers: the other warps write the gated keys
+// meanwhile (kernels.cuh).
 template <class Tr>
-__device__ __forceinline__ void invert_offdiag_blocks(float* sA, float* sP) {
+__device__ __forceinline__ void invert_chunk_warp(float* sA, float* sP) {
+  static_assert(Tr::kNB * kSubChunk == 32, "one lane per column of every diagonal block");
   constexpr int kBlk = kSubChunk * kSubChunk;
   constexpr int kLd = Tr::kLdA;
   constexpr int kQuads = kSubChunk / 4;  // float4 columns per block row
+  const int lane = threadIdx.x % 32;
+  {
+    float* blk = sA + kSubChunk * (lane / kSubChunk) * (kLd + 1);
+    const int j = lane % kSubChunk;
+    float x[kSubChunk];  // column j of X
+#pragma unroll
+    for (int i = 0; i < kSubChunk; ++i) {
+      const float* Ai = blk + i * kLd;
+      float acc = Ai[j];
+#pragma unroll
+      for (int m = 0; m < i; ++m) {
+        if (m > j) acc += Ai[m] * x[m];
+      }
+      x[i] = i > j ? -acc : (i == j ? 1.0f : 0.0f);
+    }
+    __syncwarp();  // every lane has read its block before any lane overwrites it
+#pragma unroll
+    for (int i = 0; i < kSubChunk; ++i) blk[i * kLd + j] = x[i];
+  }
+  __syncwarp();
   const auto fma4 = [](float4& acc, float a, const float4& b) {
     acc.x += a * b.x;
     acc.y += a * b.y;
@@ -232,7 +243,7 @@ __device__ __forceinline__ void invert_offdiag_blocks(float* sA, float* sP) {
 #pragma unroll 1
   for (int r = 1; r < Tr::kNB; ++r) {
     // P_rc = sum_{m=c}^{r-1} A_rm Tinv_mc.
-    for (int idx = threadIdx.x; idx < r * kSubChunk * kQuads; idx += Tr::kThreads) {
+    for (int idx = lane; idx < r * kSubChunk * kQuads; idx += 32) {
       const int c = idx / (kSubChunk * kQuads), i = (idx / kQuads) % kSubChunk,
                 j = 4 * (idx % kQuads);
       const float* a_row = sA + (kSubChunk * r + i) * kLd;
@@ -250,9 +261,9 @@ __device__ __forceinline__ void invert_offdiag_blocks(float* sA, float* sP) {
       }
       *reinterpret_cast<float4*>(sP + c * kBlk + i * kSubChunk + j) = acc;
     }
-    __syncthreads();
+    __syncwarp();
     // Tinv_rc = -X_rr P_rc.
-    for (int idx = threadIdx.x; idx < r * kSubChunk * kQuads; idx += Tr::kThreads) {
+    for (int idx = lane; idx < r * kSubChunk * kQuads; idx += 32) {
       const int c = idx / (kSubChunk * kQuads), i = (idx / kQuads) % kSubChunk,
                 j = 4 * (idx % kQuads);
       const float* x_row = sA + (kSubChunk * r + i) * kLd + kSubChunk * r;
@@ -269,7 +280,7 @@ __device__ __forceinline__ void invert_offdiag_blocks(float* sA, float* sP) {
       *reinterpret_cast<float4*>(sA + (kSubChunk * r + i) * kLd + kSubChunk * c + j) =
           make_float4(-acc.x, -acc.y, -acc.z, -acc.w);
     }
-    __syncthreads();
+    __syncwarp();
   }
 }
 

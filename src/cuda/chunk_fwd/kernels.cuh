@@ -65,9 +65,8 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 // ---- prep: one CTA per (chunk, value head) ---------------------------------------------------
 // Shared memory lifetimes (PrepTraits):
 //   load (+ cumsum)                 sQ = q, sK = k, sG = G, sBeta; sA = the warps' column totals
-//   intra                           sA = A_kk; qg, ke, kg, gamma ->
-//                                   workspace (free warps)
-//   inverse                         sA <- Tinv (diagonal blocks, then sScr = P_rc)
+//   intra + inverse                 sA = A_kk, then (warp 0) sA <- Tinv (diagonal blocks, then
+//                                   sScr = P_rc); qg, ke, kg, gamma -> workspace (free warps)
 //   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace
 template <int kK, int kBT>
 __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, kBT>::kMinBlocks)
@@ -103,12 +102,20 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   prefetch_chunk_inputs<Tr>(p, cc, hv);
   load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta, sA, bar);  // sA: the cumsum's totals
 
-  // Stage 2: A_qk (-> workspace), A_kk (-> sA); meanwhile the warps without a block pair write
-  // the zero blocks and qg, ke, kg^T, gamma (q, k, G read for the last time).
-  if (p.exact_diag) intra_exact_diag<Tr>(p, sQ, sK, sG, sBeta, sA, gAqk);
+  // Stage 2: A_qk (-> workspace), A_kk (-> sA) by the warps with a block pair, then stage 3's
+  // Tinv in place of A_kk by warp 0 once they have all stored their blocks (a barrier among them
+  // only); meanwhile the other warps write the zero blocks and qg, ke, kg^T, gamma (q, k, G read
+  // for the last time). exact_diag: every warp computes the diagonal blocks first, published by a
+  // block barrier before warp 0 inverts them.
+  if (p.exact_diag) {
+    intra_exact_diag<Tr>(p, sQ, sK, sG, sBeta, sA, gAqk);
+    __syncthreads();
+  }
   const int pairs = intra_pairs<Tr>(p);
   if (static_cast<int>(threadIdx.x) < 32 * pairs) {
     intra_products<Tr>(p, sQ, sK, sG, sBeta, sA, gAqk);
+    named_barrier_sync(1, 32 * pairs);
+    if (threadIdx.x < 32) invert_chunk_warp<Tr>(sA, sScr);
   } else {
     const int tid = static_cast<int>(threadIdx.x) - 32 * pairs, threads = Tr::kThreads - 32 * pairs;
     intra_zero_upper<Tr>(sA, gAqk, tid, threads);
@@ -116,10 +123,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   }
   __syncthreads();
 
-  // Stage 3: Tinv in place of A_kk (the off-diagonal pass's barriers publish it), then Tinv'.
-  invert_diag_blocks<Tr>(sA);
-  __syncthreads();
-  invert_offdiag_blocks<Tr>(sA, sScr);
+  // Stage 3's WY factor: Tinv' = Tinv diag(beta) -> workspace.
   write_tinv_image<Tr>(sA, sBeta, p.tinv + tile * kBT * kBT);
 
   // An f32 / f64 v's copy for the scan (independent of everything above; none for a 16-bit v).
