@@ -16,6 +16,8 @@
 
 namespace {
 
+using openkda::cuda::chunk_forward::f16_writer_chunk;
+using openkda::cuda::chunk_forward::f16_writer_row;
 using openkda::cuda::chunk_forward::half_pair_image_offset;
 using openkda::cuda::chunk_forward::pair_image_offset;
 using openkda::cuda::chunk_forward::pair_row;
@@ -210,6 +212,47 @@ TEST(TileImage, VBoxLdmatrixReadsAreTheFragment) {
       }
     }
   }
+}
+
+// The prep's f16 key writer (wy.cuh): its lane map covers the warp's rows x chunks once, the 8
+// lanes of each 16-byte read phase meet 32 distinct banks of a row-major tile with leading
+// dimension K + 4 (sQ, sK, sG), and a row's lanes are closed under the writer's shuffle masks.
+template <int kK>
+void check_f16_writer() {
+  constexpr uint32_t kC8 = kK / 8, kRows = 32 / kC8, kLd = kK + 4;
+  std::set<std::pair<uint32_t, uint32_t>> cells;
+  for (uint32_t l = 0; l < 32; ++l) {
+    EXPECT_LT(f16_writer_row<kK>(l), kRows) << "lane " << l;
+    EXPECT_LT(f16_writer_chunk<kK>(l), kC8) << "lane " << l;
+    cells.insert({f16_writer_row<kK>(l), f16_writer_chunk<kK>(l)});
+  }
+  EXPECT_EQ(cells.size(), 32u) << "K " << kK;
+  for (uint32_t h = 0; h < 2; ++h) {
+    for (uint32_t phase = 0; phase < 4; ++phase) {
+      std::set<uint32_t> banks;
+      for (uint32_t l = 8 * phase; l < 8 * phase + 8; ++l) {
+        const uint32_t word = f16_writer_row<kK>(l) * kLd + 8 * f16_writer_chunk<kK>(l) + 4 * h;
+        for (uint32_t w = 0; w < 4; ++w) banks.insert((word + w) % 32);
+      }
+      EXPECT_EQ(banks.size(), 32u) << "K " << kK << " phase " << phase << " half " << h;
+    }
+  }
+  for (uint32_t l = 0; l < 32; ++l) {
+    std::set<uint32_t> mates{l};
+    for (uint32_t mask = 1; mask < 32; mask *= 2) {
+      if (mask == 4 || mask >= 8 * (kK / 32)) continue;  // the writer's masks: 1, 2, 8, ...
+      std::set<uint32_t> next = mates;
+      for (uint32_t m : mates) next.insert(m ^ mask);
+      mates = next;
+    }
+    EXPECT_EQ(mates.size(), kC8) << "K " << kK << " lane " << l;
+    for (uint32_t m : mates) EXPECT_EQ(f16_writer_row<kK>(m), f16_writer_row<kK>(l)) << m;
+  }
+}
+
+TEST(TileImage, F16KeyWriterReadsAreConflictFree) {
+  check_f16_writer<64>();
+  check_f16_writer<128>();
 }
 
 }  // namespace

@@ -97,4 +97,19 @@ OPENKDA_HOST_DEVICE constexpr uint32_t v_box_ldmatrix_row(uint32_t lane, uint32_
                            c0 + 8 * ((lane / 8) % 2));
 }
 
+// The prep's f16 ke / qg writer (wy.cuh: write_gated_keys): lane l of a warp takes the 8-column
+// chunk f16_writer_chunk(l) of row f16_writer_row(l) among the 32 / (kK / 8) rows the warp holds,
+// and reads each of its rows of sQ, sK, sG (leading dimension kLdX = 4 mod 32) as two float4. The
+// 8 lanes of a 16-byte read phase take two adjacent rows at four chunks 8 columns apart, so they
+// meet 32 distinct banks (consecutive lanes on one row would meet every bank twice). A row's
+// lanes differ in lane bits 0, 1 and 3 .. 2 + log2(kK / 32) (the writer's shuffles).
+template <int kK>
+OPENKDA_HOST_DEVICE constexpr uint32_t f16_writer_chunk(uint32_t lane) {
+  return lane % 4 + 4 * ((lane / 8) % (kK / 32));
+}
+template <int kK>
+OPENKDA_HOST_DEVICE constexpr uint32_t f16_writer_row(uint32_t lane) {
+  return 2 * ((lane / 8) / (kK / 32)) + (lane / 4) % 2;
+}
+
 }  // namespace openkda::cuda::chunk_forward

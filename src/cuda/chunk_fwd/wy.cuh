@@ -65,16 +65,19 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
   if (p.f16_keys) {
     // f16 images (params.h: f16_keys_apply): thread (rows i0 + step r, one 16-byte chunk of 8
     // columns d, stored in the pair order of half_pair_image_offset), two float4 row reads per
-    // tensor, one exp2 per element for both.
-    constexpr unsigned kC8 = Tr::kK / 8;
+    // tensor, one exp2 per element for both; the lanes of a warp take its 32 / kC8 rows by
+    // f16_writer_row / f16_writer_chunk (tile_image.h: conflict-free row reads).
+    constexpr unsigned kC8 = Tr::kK / 8, kRowsPerWarp = 32 / kC8;
     char* gQg = reinterpret_cast<char*>(p.qg) + tile * Tr::kBT * Tr::kK * 2;
     char* gKe = reinterpret_cast<char*>(p.ke) + tile * Tr::kBT * Tr::kK * 2;
-    const unsigned d = 8 * (utid % kC8), step = uthreads / kC8;
-    for (unsigned i = utid / kC8; i < Tr::kBT; i += step) {
-      // The row's anchor A = floor(max over d of G) (the kC8 consecutive lanes of the row; every
-      // lane of a warp makes the same number of steps: the writer threads are whole warps and
-      // BT = 32, so step and BT are multiples of the 32 / kC8 rows a warp holds). ke and qg are
-      // stored times exp2(G - A) (each row's largest factor in [1, 2), however far the chunk has
+    const unsigned lane = utid % 32, c8 = f16_writer_chunk<Tr::kK>(lane);
+    const unsigned d = 8 * c8, step = uthreads / kC8;
+    for (unsigned i = kRowsPerWarp * (utid / 32) + f16_writer_row<Tr::kK>(lane); i < Tr::kBT;
+         i += step) {
+      // The row's anchor A = floor(max over d of G) (the kC8 lanes of the row, which differ in
+      // lane bits 0, 1 and 3 .. 2 + log2(kK / 32): tile_image.h; every lane of a warp makes the
+      // same number of steps: the writer threads are whole warps and BT = 32, so step and BT are
+      // multiples of the rows a warp holds). ke and qg are stored times exp2(G - A) (each row's largest factor in [1, 2), however far the chunk has
       // decayed: f16's exponent range ends at 2^-24), and the scan multiplies the products'
       // columns by exp2(A) (ka, pair order), exactly: a power of two. The clamp keeps A finite
       // for rows whose G is -inf or NaN everywhere (their factors are 0 or NaN either way).
@@ -90,11 +93,13 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
       float a = gv[0];
 #pragma unroll
       for (int c = 1; c < 8; ++c) a = fmaxf(a, gv[c]);
+      a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+      a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
 #pragma unroll
-      for (unsigned lanes = kC8 / 2; lanes >= 1; lanes /= 2)
+      for (unsigned lanes = 8; lanes < Tr::kK / 4; lanes *= 2)
         a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, lanes));
       a = fmaxf(floorf(a), -200.0f);
-      if (utid % kC8 == 0) p.ka[tile * Tr::kBT + pair_row(i)] = ldexpf(1.0f, static_cast<int>(a));
+      if (c8 == 0) p.ka[tile * Tr::kBT + pair_row(i)] = ldexpf(1.0f, static_cast<int>(a));
       float qv[8], kv[8];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
