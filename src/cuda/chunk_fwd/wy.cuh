@@ -77,10 +77,11 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
       // The row's anchor A = floor(max over d of G) (the kC8 lanes of the row, which differ in
       // lane bits 0, 1 and 3 .. 2 + log2(kK / 32): tile_image.h; every lane of a warp makes the
       // same number of steps: the writer threads are whole warps and BT = 32, so step and BT are
-      // multiples of the rows a warp holds). ke and qg are stored times exp2(G - A) (each row's largest factor in [1, 2), however far the chunk has
-      // decayed: f16's exponent range ends at 2^-24), and the scan multiplies the products'
-      // columns by exp2(A) (ka, pair order), exactly: a power of two. The clamp keeps A finite
-      // for rows whose G is -inf or NaN everywhere (their factors are 0 or NaN either way).
+      // multiples of the rows a warp holds). ke and qg are stored times exp2(G - A) (each row's
+      // largest factor in [1, 2), however far the chunk has decayed: f16's exponent range ends at
+      // 2^-24), and the scan multiplies the products' columns by exp2(A) (ka, pair order),
+      // exactly: a power of two. The clamp keeps A finite for rows whose G is -inf or NaN
+      // everywhere (their factors are 0 or NaN either way).
       float gv[8];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
