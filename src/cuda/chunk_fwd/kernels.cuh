@@ -120,6 +120,12 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
     const int tid = static_cast<int>(threadIdx.x) - 32 * pairs, threads = Tr::kThreads - 32 * pairs;
     intra_zero_upper<Tr>(sA, gAqk, tid, threads);
     write_gated_keys<Tr>(p, cc, tile, sQ, sK, sG, tid, threads);
+    // NOTE: no data needs this barrier. compute-sanitizer's racecheck pairs each warp's block
+    // barriers by their count, so without a barrier here to match the product warps' named one it
+    // reports the __syncthreads-ordered reads of Tinv below as hazards (a 256-thread repro: a
+    // write before bar.sync 1, 96 and __syncthreads, read after it by another warp, is flagged
+    // unless the other warps also pass one barrier; a real race is still flagged).
+    named_barrier_sync(2, Tr::kThreads - 32 * pairs);
   }
   __syncthreads();
 
