@@ -260,8 +260,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kNK / 2; ++k) {
-      wgmma_f16_n32(&x[0][0], a[k], wgmma_desc_step<Tr::kBT>(dKe, k));
-      if constexpr (kOut) wgmma_f16_n32(&o[0][0], a[k], wgmma_desc_step<Tr::kBT>(dQg, k));
+      wgmma_f16<Tr::kBT>(&x[0][0], a[k], wgmma_desc_step<Tr::kBT>(dKe, k));
+      if constexpr (kOut) wgmma_f16<Tr::kBT>(&o[0][0], a[k], wgmma_desc_step<Tr::kBT>(dQg, k));
     }
     wgmma_commit();
     // The anchors of this thread's chunk rows (sKa in pair order: rows t and t + 4 of tile nn
