@@ -224,8 +224,13 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
 
   // With f16 keys: the power-of-two factors of this thread's two rows of S^T in its f16 operand
   // copy (state.cuh: update_f16_row_factors), from the entering state's row maxima.
+  // The scan then holds inv S^T: its rows times their factors (exact), so that the f16 operands
+  // of X^T, O^T and the state update need no multiply; the stores take the rows back by fwd.
   F16RowFactors rf;
-  if constexpr (kF16Keys) init_f16_row_factors(s, rf);
+  if constexpr (kF16Keys) {
+    init_f16_row_factors(s, rf);
+    rescale_rows(s, rf.inv[0], rf.inv[1]);
+  }
 
   // k: chunks since c_begin (an int: chunk_fwd_can_implement bounds the slots by 2^31 - 1).
   const int nk = static_cast<int>(c_end - c_begin);
@@ -250,7 +255,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     if (!kTransition && p.h != nullptr && c % p.h_every == 0) {  // a snapshot chunk
       const int64_t row = h_base + c / p.h_every;
       if (row < p.h_chunks)
-        store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s);
+        store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s,
+                        rf.fwd);
     }
     mbarrier_wait(bar_wq(w), static_cast<uint32_t>((k / kWq) & 1));  // WQ(c)
     float o[kBT / 8][4];
@@ -290,9 +296,9 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   }
   if constexpr (kTransition) {
     store_state<kK>(p.seg_state, DType::kF32, seg_index * kK * int64_t{p.V + kK}, p.V + kK, false,
-                    vcol, s);
+                    vcol, s, rf.fwd);
   } else if (p.ht != nullptr && c_end >= nchunks) {  // the last segment holds the final state
-    store_state<kK>(p.ht, DType::kF32, seq_head * head_state, p.V, p.v_first, vcol, s);
+    store_state<kK>(p.ht, DType::kF32, seq_head * head_state, p.V, p.v_first, vcol, s, rf.fwd);
   }
 }
 

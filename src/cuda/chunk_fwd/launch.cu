@@ -182,7 +182,7 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.ke = take(d.HV * L.slots * d.BT * d.K * key_bytes);
   L.qg = take(d.HV * L.slots * d.BT * d.K * key_bytes);
   L.ka = take(d.f16_keys ? d.HV * L.slots * d.BT * int64_t{sizeof(float)} : 0);
-  L.kgT = take(d.HV * L.slots * d.K * d.BT * int64_t{sizeof(float)});
+  L.kgT = take(d.HV * L.slots * d.K * d.BT * key_bytes);  // kg^T tf32, or kg f16
   L.aqk = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.tinv = take(d.HV * L.slots * d.BT * d.BT * int64_t{sizeof(float)});
   L.v_img = take(!d.v_map ? d.HV * L.slots * d.BT * d.V * int64_t{sizeof(float)} : 0);

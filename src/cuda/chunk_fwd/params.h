@@ -29,7 +29,8 @@
 //                                      order); with f16 keys E = exp2(G - A) per row (A: ka)
 //   ka            [HV, slots, BT]      f16 keys only: exp2(A_j), A_j = floor(max over d of G_jd),
 //                                      the row anchors of ke and qg (rows in pair order; wy.cuh)
-//   kgT           [HV, slots, K, BT]   kg^T, kg = k exp2(G_last - G) (swizzled, pair order)
+//   kgT           [HV, slots, K, BT]   kg^T, kg = k exp2(G_last - G) (swizzled, pair order); with
+//                                      f16 keys kg itself [HV, slots, BT, K] f16 in ke's image
 //   aqk           [HV, slots, BT, BT]  scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
 //                                      (swizzled, pair order)
 //   tinv          [HV, slots, BT, BT]  Tinv' = (I + A_kk)^-1 diag(beta) (swizzled, pair order);
@@ -68,8 +69,9 @@ OPENKDA_HOST_DEVICE constexpr bool v_by_tensor_map(DType v_dtype) {
   return v_dtype == DType::kBF16 || v_dtype == DType::kF16;
 }
 
-// Whether ke and qg are f16 tiles and the scan's X^T / O^T products f16 wgmma with S^T as a
-// row-scaled f16 A operand (state.cuh: update_f16_row_factors). It needs the in-kernel l2norm
+// Whether ke, qg and kg are f16 tiles and the scan's X^T / O^T products and its state update f16
+// wgmma, with S^T held row-scaled (state.cuh: update_f16_row_factors). It needs the in-kernel
+// l2norm
 // (|k|, |q| <= 1, so |ke| <= 1 and |qg| <= |scale|; the range guard's bound takes |kg| <= 1), an
 // in-kernel gate that is never positive (softplus, or the lower-bound sigmoid with lower_bound <=
 // 0: every decay factor at most 1), and |scale| well inside f16's range; otherwise the tiles are

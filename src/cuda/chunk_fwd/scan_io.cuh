@@ -54,7 +54,7 @@ template <class Tr, int kVs>
 __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t tile, int64_t t0,
                                                int hv, int v0, bool with_v, unsigned char* rest,
                                                uint32_t bar_rest) {
-  constexpr uint32_t kKBytes = sizeof(float) * Tr::kBT * Tr::kK;  // sKgT
+  constexpr uint32_t kKBytes = Tr::kKeyBytes * Tr::kBT * Tr::kK;  // sKgT (tf32) or sKg (f16)
   constexpr uint32_t kBTBytes = sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
   const bool image = !v_by_tensor_map(p.v_dtype);
@@ -65,7 +65,8 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t 
   if constexpr (!Tr::kTransition)
     bulk_load(smem_address(rest + Tr::kRestA), p.aqk + at_bt, kBTBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestTinv), p.tinv + at_bt, kBTBytes, bar_rest);
-  bulk_load(smem_address(rest + Tr::kRestKgT), p.kgT + at, kKBytes, bar_rest);
+  bulk_load(smem_address(rest + Tr::kRestKgT),
+            reinterpret_cast<const char*>(p.kgT) + at * Tr::kKeyBytes, kKBytes, bar_rest);
   bulk_load(smem_address(rest + Tr::kRestGamma), p.gamma + tile * Tr::kK, kGammaBytes, bar_rest);
   if (!with_v) return;
   if (image) {

@@ -23,17 +23,22 @@
 //                                      gamma scaling is an f32 multiply (while the Tinv' product
 //                                      runs) before the product accumulates into S^T
 // wgmma reads each B tile once per warpgroup instead of once per warp.
-// With f16 keys (params.h: f16_keys_apply; the kernel's kF16Keys) X^T and O^T are f16 wgmma m64 x
-// BT x 16 instead: ke and qg arrive as f16 tiles, and S^T's f16 operand copy is packed from its
-// accumulator tiles (two values per register, no permutation: the f16 A fragment's pairs are the
-// accumulator's) with each row times a power-of-two factor that keeps it inside f16's range
-// (update_f16_row_factors: the range guard; 1, so no multiply, in the common case). The factor
-// follows a bound of each row, carried from chunk to chunk as bound + BT max|v_new| (gamma <= 1
-// and |kg| <= 1 under f16_keys_apply's conditions) and reset to the row's exact maximum every
-// kF16BoundRefresh chunks: taking that maximum costs 64 instructions per thread, which every
-// chunk made the scan ~8 % slower (twenty-second session). The keys carry row anchors (wy.cuh:
-// ke and qg times exp2(G_j - A_j), A_j the floor of the row's largest G), which X^T's and O^T's
-// columns get back from sKa. The other three products stay tf32.
+// With f16 keys (params.h: f16_keys_apply; the kernel's kF16Keys) X^T, O^T and the state update
+// are f16 wgmma (m64 x N x 16) instead: ke, qg and kg arrive as f16 tiles, and the scan holds
+// inv S^T, each row of S^T times a power-of-two factor inv that keeps it inside f16's range
+// (update_f16_row_factors: the range guard; 1 in the common case), so that S^T's f16 operand copy
+// is packed from its accumulator tiles as they stand (two values per register, no permutation:
+// the f16 A fragment's pairs are the accumulator's) and v_new^T's times the same inv. The
+// factor follows a bound of each row, carried from chunk to chunk as bound + BT max|v_new|
+// (gamma <= 1 and |kg| <= 1 under f16_keys_apply's conditions) and reset to the row's exact
+// maximum every kF16BoundRefresh chunks: taking that maximum costs 64 instructions per thread,
+// which every chunk made the scan ~8 % slower (twenty-second session); a v_new whose row would
+// pass 2^15 moves the factor before it is packed. A factor that moves rescales the held rows by
+// the exact ratio; the state's stores take them back by fwd = 1 / inv. The keys carry row
+// anchors (wy.cuh: ke and qg times exp2(G_j - A_j), A_j the floor of the row's largest G), which
+// X^T's and O^T's columns get back from sKa; kg = k exp2(G_last - G) <= |k| needs none, and the
+// state update reads it MN-major from ke's image (wgmma_desc_mn). v_new^T and O^T's update stay
+// tf32.
 //
 // Column orders (why the tiles' rows are permuted): an accumulator tile holds columns (2t, 2t + 1)
 // in thread t, an A fragment columns (t, t + 4). Every accumulator that feeds a later product as
@@ -107,9 +112,12 @@ __device__ __forceinline__ void load_state(const void* src, DType dtype, int64_t
   }
 }
 
+// The held fragment times the row factors fwd (rows g, g + 8; with f16 keys the scan holds
+// inv S^T: state.cuh's range guard) is S^T.
 template <int kK>
 __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base, int V,
-                                            bool v_first, int vcol, const float (&s)[kK / 8][4]) {
+                                            bool v_first, int vcol, const float (&s)[kK / 8][4],
+                                            const float (&fwd)[2]) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int nt = 0; nt < kK / 8; ++nt) {
@@ -117,7 +125,7 @@ __device__ __forceinline__ void store_state(void* dst, DType dtype, int64_t base
     for (int e = 0; e < 4; ++e) {
       store_f32(dst, dtype,
                 state_index(base, kK, V, v_first, 8 * nt + t + 4 * (e % 2), vcol + 8 * (e / 2)),
-                s[nt][e]);
+                s[nt][e] * fwd[e / 2]);
     }
   }
 }
@@ -167,6 +175,18 @@ __device__ __forceinline__ void row_abs_max(const float (&s)[kNK][4], float (&m)
   for (int nt = 0; nt < kNK; ++nt) {
     m[0] = fmaxf(m[0], fmaxf(fabsf(s[nt][0]), fabsf(s[nt][1])));
     m[1] = fmaxf(m[1], fmaxf(fabsf(s[nt][2]), fabsf(s[nt][3])));
+  }
+}
+
+// Multiplies this thread's rows g and g + 8 of S^T by r0 and r1 (powers of two: exact).
+template <int kNK>
+__device__ __forceinline__ void rescale_rows(float (&s)[kNK][4], float r0, float r1) {
+#pragma unroll
+  for (int nt = 0; nt < kNK; ++nt) {
+    s[nt][0] *= r0;
+    s[nt][1] *= r0;
+    s[nt][2] *= r1;
+    s[nt][3] *= r1;
   }
 }
 
@@ -220,7 +240,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   const unsigned char* rest = smem + rest_off;
   const uint64_t dA = wgmma_desc_base(smem_address(rest + Tr::kRestA));
   const uint64_t dTinv = wgmma_desc_base(smem_address(rest + Tr::kRestTinv));
-  const uint64_t dKgT = wgmma_desc_base(smem_address(rest + Tr::kRestKgT));
+  const uint32_t kg_tile = smem_address(rest + Tr::kRestKgT);  // kg^T tf32, or kg f16
   const float* sGamma = reinterpret_cast<const float*>(rest + Tr::kRestGamma);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int vl = Tr::kWarpRows * warp + g;  // local value column of fragment row g
@@ -246,17 +266,16 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   // chunks, else the carried bound (gamma <= 1 keeps it one). Taken here, before any product is
   // in flight: a branch while a wgmma runs makes ptxas wait for it (C7517).
   float m_s[2] = {rf.bound[0], rf.bound[1]};
-  if (Tr::kF16Keys && refresh_bound) row_abs_max(s, m_s);
+  if (Tr::kF16Keys && refresh_bound) {
+    row_abs_max(s, m_s);  // of the held rows inv S^T: times fwd, S^T's
+    m_s[0] *= rf.fwd[0];
+    m_s[1] *= rf.fwd[1];
+  }
   if constexpr (Tr::kF16Keys) {
-    // S^T as an f16 A operand, each row times its power-of-two factor inv (1 unless the range
-    // guard below moved it: then the pack multiplies by nothing).
+    // S^T as an f16 A operand: the held rows are already inv S^T (their f16 range), so the pack
+    // multiplies by nothing.
     uint32_t a[kNK / 2][4];
-    const bool scaled = rf.inv[0] != 1.0f || rf.inv[1] != 1.0f;
-    if (!scaled) {
-      pack_s_f16<false>(s, rf.inv, a);
-    } else {
-      pack_s_f16<true>(s, rf.inv, a);
-    }
+    pack_s_f16<false>(s, rf.inv, a);
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kNK / 2; ++k) {
@@ -358,9 +377,36 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   }
   wgmma_wait<0>();
   wgmma_fence_operands<4 * kNJ>(&vn[0][0]);
-  uint32_t va[kNJ][4];
+  uint32_t va[kNJ][4];  // v_new^T as the tf32 A operand of the O^T product
+  if (!Tr::kF16Keys || kOut) {
 #pragma unroll
-  for (int nn = 0; nn < kNJ; ++nn) a_from_acc(vn[nn], va[nn]);
+    for (int nn = 0; nn < kNJ; ++nn) a_from_acc(vn[nn], va[nn]);
+  }
+  // With f16 keys, v_new^T as the f16 A operand of the state update, each row times the row's
+  // factor inv (the held state is inv S^T): m_v, this thread's parts of the rows' max |v_new|,
+  // also carries the range guard's bound below. A row whose inv v_new would leave f16's range
+  // (above 2^15, or inf / NaN) moves the factors first (a warp-uniform branch: the quad's threads
+  // must agree on their row's factor), rescaling the held rows by the exact ratio of the factors.
+  [[maybe_unused]] float m_v[2] = {0.0f, 0.0f};
+  [[maybe_unused]] uint32_t vh[kNJ / 2][4];
+  if constexpr (Tr::kF16Keys) {
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn) {
+      m_v[0] = fmaxf(m_v[0], fmaxf(fabsf(vn[nn][0]), fabsf(vn[nn][1])));
+      m_v[1] = fmaxf(m_v[1], fmaxf(fabsf(vn[nn][2]), fabsf(vn[nn][3])));
+    }
+    const bool fits = m_v[0] * rf.inv[0] <= 32768.0f && m_v[1] * rf.inv[1] <= 32768.0f;
+    if (__any_sync(0xffffffffu, !fits)) {
+      const float old_fwd[2] = {rf.fwd[0], rf.fwd[1]};
+      update_f16_row_factors(m_s[0] + Tr::kBT * m_v[0], m_s[1] + Tr::kBT * m_v[1], rf);
+      rescale_rows(s, rf.inv[0] * old_fwd[0], rf.inv[1] * old_fwd[1]);
+    }
+    if (rf.inv[0] == 1.0f && rf.inv[1] == 1.0f) {
+      pack_s_f16<false>(vn, rf.inv, vh);
+    } else {
+      pack_s_f16<true>(vn, rf.inv, vh);
+    }
+  }
 
   // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros) and
   // S^T += v_new^T kg (N = K; B = kg^T, rows d in pair order, so S^T keeps its column order),
@@ -383,25 +429,34 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
     for (int kk = 0; kk < kNJ; ++kk)
       wgmma_tf32<Tr::kBT>(o_acc, va[kk], wgmma_desc_step<Tr::kBT>(dA, kk));
   }
+  if constexpr (Tr::kF16Keys) {
+    // kg [BT][K] f16 in ke's image, read MN-major: K = the chunk rows j in pair order (v_new^T's
+    // columns), N = d in S^T's column order (half_pair_image_offset).
 #pragma unroll
-  for (int kk = 0; kk < kNJ; ++kk)
-    wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc_step<Tr::kK>(dKgT, kk));
+    for (int kk = 0; kk < kNJ / 2; ++kk)
+      wgmma_f16_mn<Tr::kK>(&s[0][0], vh[kk], wgmma_desc_mn<Tr::kBT>(kg_tile, kk));
+  } else {
+    const uint64_t dKgT = wgmma_desc_base(kg_tile);
+#pragma unroll
+    for (int kk = 0; kk < kNJ; ++kk)
+      wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc_step<Tr::kK>(dKgT, kk));
+  }
   wgmma_commit();
+  float ratio[2] = {1.0f, 1.0f};
   if constexpr (Tr::kF16Keys) {  // while the state update runs: the next chunk's row factors
-    float m_v[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nn = 0; nn < kNJ; ++nn) {
-      m_v[0] = fmaxf(m_v[0], fmaxf(fabsf(vn[nn][0]), fabsf(vn[nn][1])));
-      m_v[1] = fmaxf(m_v[1], fmaxf(fabsf(vn[nn][2]), fabsf(vn[nn][3])));
-    }
     // gamma <= 1 and |kg| <= 1 (f16_keys_apply), so the updated state's row is at most
     // (the row's bound of m_s) + BT (the row's maximum of m_v): the invariant of
     // update_f16_row_factors holds again.
+    const float old_fwd[2] = {rf.fwd[0], rf.fwd[1]};
     update_f16_row_factors(m_s[0] + Tr::kBT * m_v[0], m_s[1] + Tr::kBT * m_v[1], rf);
+    ratio[0] = rf.inv[0] * old_fwd[0];
+    ratio[1] = rf.inv[1] * old_fwd[1];
   }
   wgmma_wait<0>();
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(o_acc);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
+  // The held rows follow a factor that moved (rare; after the wait: no branch while a wgmma runs).
+  if (Tr::kF16Keys && (ratio[0] != 1.0f || ratio[1] != 1.0f)) rescale_rows(s, ratio[0], ratio[1]);
   if constexpr (kOut) {
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn)

@@ -9,6 +9,7 @@
 //   A_qk    [BT][BT]  the B operand of O^T += v_new^T A_qk^T: the same layout with BT columns
 //   Tinv'   [BT][BT]  the B operand of v_new^T = R^T Tinv'^T: the same layout
 //   kg^T    [K][BT]   the B operand of the state update: the same layout, rows d in pair order
+//                     (with f16 keys kg [BT][K] f16 instead, in ke's image, read MN-major)
 //   v       [V / 64][BT][64]  f32 / f64 v: its rows in f32, in slices of 64 value columns (a 4-warp
 //                     scan CTA copies one slice, an 8-warp one two); within a row, column c at
 //                     c ^ (8 (j % 4)): the scan reads (row j = 8 nn + t + 4 (e % 2), column

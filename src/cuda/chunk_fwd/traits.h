@@ -136,7 +136,8 @@ struct ScanTraits {
   static constexpr int kRestA = 0;
   static constexpr int kRestTinv = kRestA + (kTransition ? 0 : kBT * kBT * 4);
   static constexpr int kRestKgT = kRestTinv + kBT * kBT * 4;
-  static constexpr int kRestGamma = kRestKgT + kK * kBT * 4;
+  // sKgT: [kK][kBT] tf32, or with kF16Keys kg itself [kBT][kK] f16 in sKe's image (read MN-major).
+  static constexpr int kRestGamma = kRestKgT + kK * kBT * kKeyBytes;
   static constexpr int kRestV = (kRestGamma + kK * 4 + 1023) / 1024 * 1024;  // swizzled boxes
   static constexpr int kAlign = 1024;  // slack to align the dynamic shared-memory base
 

@@ -45,6 +45,21 @@ __device__ __forceinline__ uint64_t wgmma_desc_step(uint64_t base, int kk) {
   return (base & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(base) + step);
 }
 
+// The descriptor of an f16 tile read MN-major (N contiguous; the instruction's B transposed) from
+// an image in the K-major f16 layout of swizzled_offset (tile_image.h: half_pair_image_offset) of
+// kRows rows = the product's K: the canonical 128-byte-swizzled MN-major layout, 64 N values (128
+// bytes) by 8 K rows per 1024-byte atom, with N's next 64 values kRows x 128 bytes on (the
+// leading byte offset: the image's next region) and K's next 8 rows 1024 bytes on (the stride
+// byte offset). Step kk (16 rows of K) starts kk x 2048 bytes on.
+template <int kRows>
+__device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t tile, int kk) {
+  uint64_t desc = ((tile + static_cast<uint32_t>(kk) * 2048u) & 0x3FFFFu) >> 4;
+  desc |= uint64_t{(kRows * 128) >> 4} << 16;  // leading byte offset: the next 64 N values
+  desc |= uint64_t{1024 >> 4} << 32;           // stride byte offset: the next 8 K rows
+  desc |= uint64_t{1} << 62;                   // 128-byte swizzle
+  return desc;
+}
+
 // Pins accumulator registers in place around the asynchronous products (the compiler must not
 // read or move them between a wgmma and its wait).
 template <int kN>
@@ -118,5 +133,47 @@ OPENKDA_WGMMA_SPECIALISATION(wgmma_tf32, 32, "m64n32k8.f32.tf32.tf32", 16, ", 1,
 template <int kN>
 __device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t desc);
 OPENKDA_WGMMA_SPECIALISATION(wgmma_f16, 32, "m64n32k16.f32.f16.f16", 16, ", 1, 1, 1, 0")
+
+// d[N / 2] += A (registers, four f16x2: the m64k16 fragment) x B (descriptor, f16, MN-major:
+// wgmma_desc_mn); N = 128 or 64.
+template <int kN>
+__device__ __forceinline__ void wgmma_f16_mn(float* d, const uint32_t (&a)[4], uint64_t desc);
+
+template <>
+__device__ __forceinline__ void wgmma_f16_mn<128>(float* d, const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_f16_mn<64>(float* d, const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
 
 }  // namespace openkda::cuda::chunk_forward

@@ -13,7 +13,8 @@
 //     with f16 keys: qg_i, ke_i times exp2(-A_i), A_i = floor(max_d G_id) (the row's anchor,
 //     clamped at -200), and exp2(A_i) -> workspace ka (pair order; the scan multiplies back)
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
-//                                                   transposed per chunk slot, params.h)
+//                                                   transposed per chunk slot, params.h; with f16
+//                                                   keys kg itself, f16 in ke's image)
 //   gamma = exp2(G_last)                          -> workspace gamma (one row per chunk; f32)
 //   Tinv' = Tinv diag(beta)                       -> workspace tinv
 //   v (rows of the chunk, f32 / f64 v only)      -> workspace v_img
@@ -48,11 +49,14 @@ namespace openkda::cuda::chunk_forward {
 // division or sign fix-up (the index math was most of these loops' instructions).
 //   qg, ke: thread (rows i0 + step r, 4 columns d): float4 row reads, one exp2 per element for
 //     both, one 16-byte chunk of each image per store.
-//   kg^T: the scan's wgmma B operand of the state update (K-major, so transposed here). Thread
-//     (half, d, 4 columns j .. j + 3, j % 4 = 0), a warp 16 consecutive d times both halves of an
-//     8-column group: each store instruction writes one 32-byte sector of 16 image rows (the two
-//     halves stay adjacent under the swizzle), and the column reads of sK and sG hit 32 distinct
-//     banks (rows 4 apart, kLdX = 4 mod 32).
+//   kg^T: the scan's tf32 wgmma B operand of the state update (K-major, so transposed here).
+//     Thread (half, d, 4 columns j .. j + 3, j % 4 = 0), a warp 16 consecutive d times both halves
+//     of an 8-column group: each store instruction writes one 32-byte sector of 16 image rows (the
+//     two halves stay adjacent under the swizzle), and the column reads of sK and sG hit 32
+//     distinct banks (rows 4 apart, kLdX = 4 mod 32).
+//   With f16 keys kg is the f16 B operand of the state update, which f16 wgmma reads MN-major
+//     (N = d contiguous), so it is stored untransposed in ke's image, by the ke / qg threads: one
+//     more exp2 per element, and no column reads.
 template <class Tr>
 __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                  int64_t tile, const float* sQ, const float* sK,
@@ -70,8 +74,18 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
     constexpr unsigned kC8 = Tr::kK / 8, kRowsPerWarp = 32 / kC8;
     char* gQg = reinterpret_cast<char*>(p.qg) + tile * Tr::kBT * Tr::kK * 2;
     char* gKe = reinterpret_cast<char*>(p.ke) + tile * Tr::kBT * Tr::kK * 2;
+    char* gKg = reinterpret_cast<char*>(p.kgT) + tile * Tr::kBT * Tr::kK * 2;
     const unsigned lane = utid % 32, c8 = f16_writer_chunk<Tr::kK>(lane);
     const unsigned d = 8 * c8, step = uthreads / kC8;
+    float gl[8];  // G_last of this thread's columns
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float4 g4 = *reinterpret_cast<const float4*>(sGlast + d + 4 * h);
+      gl[4 * h] = g4.x;
+      gl[4 * h + 1] = g4.y;
+      gl[4 * h + 2] = g4.z;
+      gl[4 * h + 3] = g4.w;
+    }
     for (unsigned i = kRowsPerWarp * (utid / 32) + f16_writer_row<Tr::kK>(lane); i < Tr::kBT;
          i += step) {
       // The row's anchor A = floor(max over d of G) (the kC8 lanes of the row, which differ in
@@ -101,7 +115,9 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
         a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, lanes));
       a = fmaxf(floorf(a), -200.0f);
       if (c8 == 0) p.ka[tile * Tr::kBT + pair_row(i)] = ldexpf(1.0f, static_cast<int>(a));
-      float qv[8], kv[8];
+      // kg = k exp2(G_last - G) <= |k| needs no anchor (underflow only where the decay has made
+      // the term negligible against the row's later ones).
+      float qv[8], kv[8], gv8[8];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d + 4 * h);
@@ -112,17 +128,20 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
           const float e = exp2_operand(gv[4 * h + c] - a);
           qv[4 * h + c] = p.scale * qq[c] * e;
           kv[4 * h + c] = kk[c] * e;
+          gv8[4 * h + c] = kk[c] * exp2_operand(gl[4 * h + c] - gv[4 * h + c]);
         }
       }
-      uint32_t qp[4], kp[4];
+      uint32_t qp[4], kp[4], gp[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {  // physical columns 2c, 2c + 1 hold d + scan_row(2c), + 1
         qp[c] = pack_b16<__half>(qv[scan_row(2 * c)], qv[scan_row(2 * c + 1)]);
         kp[c] = pack_b16<__half>(kv[scan_row(2 * c)], kv[scan_row(2 * c + 1)]);
+        gp[c] = pack_b16<__half>(gv8[scan_row(2 * c)], gv8[scan_row(2 * c + 1)]);
       }
       const uint32_t at = half_pair_image_offset<Tr::kBT>(i, d);
       *reinterpret_cast<uint4*>(gQg + at) = make_uint4(qp[0], qp[1], qp[2], qp[3]);
       *reinterpret_cast<uint4*>(gKe + at) = make_uint4(kp[0], kp[1], kp[2], kp[3]);
+      *reinterpret_cast<uint4*>(gKg + at) = make_uint4(gp[0], gp[1], gp[2], gp[3]);
     }
   } else {
     char* gQg = reinterpret_cast<char*>(p.qg + tile * Tr::kBT * Tr::kK);
@@ -144,8 +163,8 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
                       tf32_operand(k4.w * e3));
     }
   }
-  char* gKgT = reinterpret_cast<char*>(p.kgT + tile * Tr::kK * Tr::kBT);
-  {
+  if (!p.f16_keys) {  // kg^T (tf32 keys; the f16 branch above wrote kg)
+    char* gKgT = reinterpret_cast<char*>(p.kgT + tile * Tr::kK * Tr::kBT);
     // f = d + K * (j / 8) over the K * BT / 8 (d, 8-column group) pairs; step = threads / 2, a
     // multiple of 16, so a warp's 16 d never straddle a group.
     const unsigned half = utid % 2, step = uthreads / 2;
