@@ -19,6 +19,9 @@ namespace {
 using openkda::cuda::chunk_forward::f16_writer_chunk;
 using openkda::cuda::chunk_forward::f16_writer_row;
 using openkda::cuda::chunk_forward::half_pair_image_offset;
+using openkda::cuda::chunk_forward::kMnLeadingBytes;
+using openkda::cuda::chunk_forward::kMnStepBytes;
+using openkda::cuda::chunk_forward::kMnStrideBytes;
 using openkda::cuda::chunk_forward::pair_image_offset;
 using openkda::cuda::chunk_forward::pair_row;
 using openkda::cuda::chunk_forward::scan_row;
@@ -256,3 +259,37 @@ TEST(TileImage, F16KeyWriterReadsAreConflictFree) {
 }
 
 }  // namespace
+
+// The f16 kg image read MN-major by the state update (wgmma_desc_mn): for product kk, element
+// (K row k < 16, N column n < kK) of B is chunk row j = 16 kk + k's physical row and column n of
+// the image. The PTX ISA's canonical 128-byte-swizzled MN-major layout puts it at
+//   Swizzle<3,4,3>(start + 2 (n % 8) + 16 ((n / 8) % 8) + LBO (n / 64) + 128 (k % 8) + SBO (k / 8))
+// (in elements ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 f16 per 16 bytes), the swizzle XORing
+// address bits 4-6 with bits 7-9; the image must hold it at half_pair_image_offset's address of
+// the same physical row and column.
+template <int kK>
+void check_mn_major_image() {
+  SCOPED_TRACE(testing::Message() << "K = " << kK);
+  constexpr int kBT = 32;
+  const auto swizzle = [](uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); };
+  for (uint32_t kk = 0; kk < kBT / 16; ++kk) {
+    for (uint32_t k = 0; k < 16; ++k) {
+      for (uint32_t n = 0; n < kK; ++n) {
+        const uint32_t linear = kk * kMnStepBytes + 2 * (n % 8) + 16 * ((n / 8) % 8) +
+                                kMnLeadingBytes<kBT> * (n / 64) + 128 * (k % 8) +
+                                kMnStrideBytes * (k / 8);
+        // The image's element of physical row p = 16 kk + k, physical column n: the chunk row
+        // scan_row(p) and the column d whose pair-order position is n.
+        const uint32_t p = 16 * kk + k;
+        const uint32_t d = 8 * (n / 8) + scan_row(n % 8);
+        ASSERT_EQ(swizzle(linear), half_pair_image_offset<kBT>(scan_row(p), d))
+            << "kk " << kk << ", k " << k << ", n " << n;
+      }
+    }
+  }
+}
+
+TEST(TileImage, F16ImagesReadMnMajorAreTheCanonicalLayout) {
+  check_mn_major_image<64>();
+  check_mn_major_image<128>();
+}

@@ -67,6 +67,17 @@ OPENKDA_HOST_DEVICE constexpr uint32_t half_pair_image_offset(uint32_t r, uint32
   return swizzled_offset<kRows>(pair_row(r), d / 8) + 2 * pair_row(d % 8);
 }
 
+// The byte offsets of a wgmma descriptor that reads an f16 image of kRows rows (half_pair_image_
+// offset: rows = the product's K, columns = its N) MN-major (wgmma.cuh: wgmma_desc_mn): the next
+// 64 N values are the image's next region (the leading byte offset), the next 8 K rows 1024 bytes
+// on (the stride byte offset), and product kk (16 K rows) starts kk x 2048 bytes on. With them the
+// canonical 128-byte-swizzled MN-major layout of the PTX ISA is the image itself
+// (test_tile_image.cpp).
+template <int kRows>
+constexpr uint32_t kMnLeadingBytes = kRows * 128u;
+constexpr uint32_t kMnStrideBytes = 1024u;
+constexpr uint32_t kMnStepBytes = 16u * 128u;
+
 // Float index of element (chunk row j, value column c) of a v image of kBT rows (c relative to the
 // first column of the image, a multiple of 64).
 template <int kBT>

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "cuda/chunk_fwd/tile_image.h"
+
 namespace openkda::cuda::chunk_forward {
 
 // Shared-memory matrix descriptor of the first k step of a swizzled K-major tile at shared
@@ -53,10 +55,10 @@ __device__ __forceinline__ uint64_t wgmma_desc_step(uint64_t base, int kk) {
 // byte offset). Step kk (16 rows of K) starts kk x 2048 bytes on.
 template <int kRows>
 __device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t tile, int kk) {
-  uint64_t desc = ((tile + static_cast<uint32_t>(kk) * 2048u) & 0x3FFFFu) >> 4;
-  desc |= uint64_t{(kRows * 128) >> 4} << 16;  // leading byte offset: the next 64 N values
-  desc |= uint64_t{1024 >> 4} << 32;           // stride byte offset: the next 8 K rows
-  desc |= uint64_t{1} << 62;                   // 128-byte swizzle
+  uint64_t desc = ((tile + static_cast<uint32_t>(kk) * kMnStepBytes) & 0x3FFFFu) >> 4;
+  desc |= uint64_t{kMnLeadingBytes<kRows> >> 4} << 16;  // the next 64 N values
+  desc |= uint64_t{kMnStrideBytes >> 4} << 32;          // the next 8 K rows
+  desc |= uint64_t{1} << 62;                            // 128-byte swizzle
   return desc;
 }
 
