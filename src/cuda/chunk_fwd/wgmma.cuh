@@ -1,6 +1,6 @@
 // Warpgroup tensor-core products (wgmma, sm_90a) of the chunk_kda scan: D[64 x N] += A[64 x 8] B
 // with tf32 operands, or A[64 x 16] B with f16 ones; f32 accumulators, A from registers and B
-// (K-major) from shared memory.
+// from shared memory (K-major, or for f16 also MN-major: wgmma_desc_mn).
 //
 // Fragments, with warp w of the warpgroup owning rows 16 w .. 16 w + 15, g = lane / 4,
 // t = lane % 4 (PTX ISA "Register fragments and shared memory matrix layouts" for wgmma .tf32;
@@ -136,46 +136,11 @@ template <int kN>
 __device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t desc);
 OPENKDA_WGMMA_SPECIALISATION(wgmma_f16, 32, "m64n32k16.f32.f16.f16", 16, ", 1, 1, 1, 0")
 
-// d[N / 2] += A (registers, four f16x2: the m64k16 fragment) x B (descriptor, f16, MN-major:
-// wgmma_desc_mn); N = 128 or 64.
+// d[N / 2] += A (registers, four f16x2) x B (descriptor, f16, MN-major: wgmma_desc_mn, the
+// instruction's B transposed); N = 128 or 64.
 template <int kN>
 __device__ __forceinline__ void wgmma_f16_mn(float* d, const uint32_t (&a)[4], uint64_t desc);
-
-template <>
-__device__ __forceinline__ void wgmma_f16_mn<128>(float* d, const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_f16_mn<64>(float* d, const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
+OPENKDA_WGMMA_SPECIALISATION(wgmma_f16_mn, 128, "m64n128k16.f32.f16.f16", 64, ", 1, 1, 1, 1")
+OPENKDA_WGMMA_SPECIALISATION(wgmma_f16_mn, 64, "m64n64k16.f32.f16.f16", 32, ", 1, 1, 1, 1")
 
 }  // namespace openkda::cuda::chunk_forward
