@@ -74,6 +74,25 @@ __device__ __forceinline__ uint32_t pack_b16(float lo, float hi) {
   return r;
 }
 
+// As pack_b16<__half>, but a value beyond f16's largest finite value (65504) becomes +-65504
+// instead of +-inf (cvt.rn.satfinite: the same one instruction). The state update's f16 operand
+// (state.cuh), whose rare overflow the scan repairs after the product.
+__device__ __forceinline__ uint32_t pack_f16_satfinite(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// p ? a : b by one selp, which the compiler cannot turn into a dynamically indexed array (local
+// memory) when a loop selects one register of an array by a run-time index.
+__device__ __forceinline__ float select_f32(bool p, float a, float b) {
+  float r;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %3, 0;\n\tselp.f32 %0, %1, %2, p;\n\t}"
+      : "=f"(r)
+      : "f"(a), "f"(b), "r"(static_cast<uint32_t>(p)));
+  return r;
+}
+
 // Sum over the 32 lanes; every lane gets the bitwise same value (each butterfly step adds the
 // same two operands on both partners).
 __device__ __forceinline__ float warp_allreduce_sum(float x) {

@@ -190,20 +190,75 @@ __device__ __forceinline__ void rescale_rows(float (&s)[kNK][4], float r0, float
   }
 }
 
-// S^T as the f16 A operand of X^T and O^T (m64 k16: a0 = (c0, c1) of accumulator tile 2 kk, a1 =
-// (c2, c3), a2 / a3 the same of tile 2 kk + 1, so the pack needs no permutation), the rows g and
-// g + 8 times their factors inv; kScaled = false (every factor 1, the common case) multiplies by
-// nothing.
-template <bool kScaled, int kNK>
+// An accumulator block (S^T, or v_new^T) as an f16 A operand (m64 k16: a0 = (c0, c1) of
+// accumulator tile 2 kk, a1 = (c2, c3), a2 / a3 the same of tile 2 kk + 1, so the pack needs no
+// permutation), the rows g and g + 8 times their factors inv; kScaled = false (every factor 1, the
+// common case) multiplies by nothing. kSatFinite packs by pack_f16_satfinite (values past f16's
+// range become +-65504, not inf).
+template <bool kScaled, bool kSatFinite, int kNK>
 __device__ __forceinline__ void pack_s_f16(const float (&s)[kNK][4], const float (&inv)[2],
                                            uint32_t (&a)[kNK / 2][4]) {
   const float f0 = kScaled ? inv[0] : 1.0f, f1 = kScaled ? inv[1] : 1.0f;
+  const auto pack = [](float lo, float hi) {
+    return kSatFinite ? pack_f16_satfinite(lo, hi) : pack_b16<__half>(lo, hi);
+  };
 #pragma unroll
   for (int kk = 0; kk < kNK / 2; ++kk) {
-    a[kk][0] = pack_b16<__half>(f0 * s[2 * kk][0], f0 * s[2 * kk][1]);
-    a[kk][1] = pack_b16<__half>(f1 * s[2 * kk][2], f1 * s[2 * kk][3]);
-    a[kk][2] = pack_b16<__half>(f0 * s[2 * kk + 1][0], f0 * s[2 * kk + 1][1]);
-    a[kk][3] = pack_b16<__half>(f1 * s[2 * kk + 1][2], f1 * s[2 * kk + 1][3]);
+    a[kk][0] = pack(f0 * s[2 * kk][0], f0 * s[2 * kk][1]);
+    a[kk][1] = pack(f1 * s[2 * kk][2], f1 * s[2 * kk][3]);
+    a[kk][2] = pack(f0 * s[2 * kk + 1][0], f0 * s[2 * kk + 1][1]);
+    a[kk][3] = pack(f1 * s[2 * kk + 1][2], f1 * s[2 * kk + 1][3]);
+  }
+}
+
+// The rare repair of an f16 state update whose v_new operand saturated (scan_step): a row of
+// inv v_new beyond 65504 went into the product as +-65504 (pack_f16_satfinite). The held rows,
+// already rescaled by ratio (the factors' move, which brings every row's inv v_new below 2^8:
+// update_f16_row_factors), get ratio (inv_old v_new - vh) kg added by f32 FMAs, so that they hold
+// ratio inv_old (S^T diag(gamma) + v_new^T kg) as the unsaturated product would (up to rounding).
+// Warp-uniform and warp-local (no wgmma, which would need the whole warpgroup): the quad's
+// residuals come by shuffles, kg [BT][K] f16 from its image (half_pair_image_offset). About 2 K
+// BT FMAs per thread: it runs only in a chunk where v_new jumps past the state's range.
+template <int kBT, int kNK>
+__device__ __forceinline__ void add_saturated_residual(
+    float (&s)[kNK][4], const float (&vn)[kBT / 8][4], const uint32_t (&vh)[kBT / 16][4],
+    const float (&inv_old)[2], const float (&ratio)[2], const unsigned char* kg) {
+  const int lane = threadIdx.x % 32, t = lane % 4;
+  float d[kBT / 8][4];  // same fragment as vn: row g + 8 (e / 2), chunk row 8 nn + t + 4 (e % 2)
+#pragma unroll
+  for (int nn = 0; nn < kBT / 8; ++nn) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // the packed pair (e, e + 1) = (2 h, 2 h + 1)
+      const uint32_t bits = vh[nn / 2][2 * (nn % 2) + h];
+      const float2 packed = __half22float2(*reinterpret_cast<const __half2*>(&bits));
+      d[nn][2 * h] = ratio[h] * fmaf(inv_old[h], vn[nn][2 * h], -packed.x);
+      d[nn][2 * h + 1] = ratio[h] * fmaf(inv_old[h], vn[nn][2 * h + 1], -packed.y);
+    }
+  }
+#pragma unroll 1
+  for (int j = 0; j < kBT; ++j) {  // held by the quad's thread j % 4 as d[j / 8][(j % 8) / 4]
+    float dj[2] = {0.0f, 0.0f};    // selected without a dynamic register index (no local memory)
+#pragma unroll
+    for (int nn = 0; nn < kBT / 8; ++nn) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const bool pick = nn == j / 8 && c == (j % 8) / 4;
+        dj[0] = select_f32(pick, d[nn][c], dj[0]);
+        dj[1] = select_f32(pick, d[nn][2 + c], dj[1]);
+      }
+    }
+    const float d0 = __shfl_sync(0xffffffffu, dj[0], (lane & ~3) | (j % 4));
+    const float d1 = __shfl_sync(0xffffffffu, dj[1], (lane & ~3) | (j % 4));
+#pragma unroll
+    for (int nt = 0; nt < kNK; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {  // S^T column 8 nt + t + 4 e
+        const float k = __half2float(*reinterpret_cast<const __half*>(
+            kg + half_pair_image_offset<kBT>(j, 8 * nt + t + 4 * e)));
+        s[nt][e] = fmaf(d0, k, s[nt][e]);
+        s[nt][2 + e] = fmaf(d1, k, s[nt][2 + e]);
+      }
+    }
   }
 }
 
@@ -275,7 +330,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
     // S^T as an f16 A operand: the held rows are already inv S^T (their f16 range), so the pack
     // multiplies by nothing.
     uint32_t a[kNK / 2][4];
-    pack_s_f16<false>(s, rf.inv, a);
+    pack_s_f16<false, false>(s, rf.inv, a);
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kNK / 2; ++k) {
@@ -383,28 +438,15 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
     for (int nn = 0; nn < kNJ; ++nn) a_from_acc(vn[nn], va[nn]);
   }
   // With f16 keys, v_new^T as the f16 A operand of the state update, each row times the row's
-  // factor inv (the held state is inv S^T): m_v, this thread's parts of the rows' max |v_new|,
-  // also carries the range guard's bound below. A row whose inv v_new would leave f16's range
-  // (above 2^15, or inf / NaN) moves the factors first (a warp-uniform branch: the quad's threads
-  // must agree on their row's factor), rescaling the held rows by the exact ratio of the factors.
-  [[maybe_unused]] float m_v[2] = {0.0f, 0.0f};
+  // factor inv (the held state is inv S^T). Packed saturating, without a range test on the serial
+  // chain: a row of inv v_new past f16's range is rare (v_new far beyond the state's bound) and
+  // repaired after the product (add_saturated_residual).
   [[maybe_unused]] uint32_t vh[kNJ / 2][4];
   if constexpr (Tr::kF16Keys) {
-#pragma unroll
-    for (int nn = 0; nn < kNJ; ++nn) {
-      m_v[0] = fmaxf(m_v[0], fmaxf(fabsf(vn[nn][0]), fabsf(vn[nn][1])));
-      m_v[1] = fmaxf(m_v[1], fmaxf(fabsf(vn[nn][2]), fabsf(vn[nn][3])));
-    }
-    const bool fits = m_v[0] * rf.inv[0] <= 32768.0f && m_v[1] * rf.inv[1] <= 32768.0f;
-    if (__any_sync(0xffffffffu, !fits)) {
-      const float old_fwd[2] = {rf.fwd[0], rf.fwd[1]};
-      update_f16_row_factors(m_s[0] + Tr::kBT * m_v[0], m_s[1] + Tr::kBT * m_v[1], rf);
-      rescale_rows(s, rf.inv[0] * old_fwd[0], rf.inv[1] * old_fwd[1]);
-    }
     if (rf.inv[0] == 1.0f && rf.inv[1] == 1.0f) {
-      pack_s_f16<false>(vn, rf.inv, vh);
+      pack_s_f16<false, true>(vn, rf.inv, vh);
     } else {
-      pack_s_f16<true>(vn, rf.inv, vh);
+      pack_s_f16<true, true>(vn, rf.inv, vh);
     }
   }
 
@@ -442,11 +484,21 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
       wgmma_tf32<Tr::kK>(&s[0][0], va[kk], wgmma_desc_step<Tr::kK>(dKgT, kk));
   }
   wgmma_commit();
-  float ratio[2] = {1.0f, 1.0f};
+  float ratio[2] = {1.0f, 1.0f}, inv_old[2] = {1.0f, 1.0f};
+  bool fits = true;
   if constexpr (Tr::kF16Keys) {  // while the state update runs: the next chunk's row factors
-    // gamma <= 1 and |kg| <= 1 (f16_keys_apply), so the updated state's row is at most
-    // (the row's bound of m_s) + BT (the row's maximum of m_v): the invariant of
-    // update_f16_row_factors holds again.
+    // m_v: this thread's parts of the rows' max |v_new|. gamma <= 1 and |kg| <= 1
+    // (f16_keys_apply), so the updated state's row is at most (the row's bound of m_s) + BT (the
+    // row's maximum of m_v): the invariant of update_f16_row_factors holds again.
+    float m_v[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nn = 0; nn < kNJ; ++nn) {
+      m_v[0] = fmaxf(m_v[0], fmaxf(fabsf(vn[nn][0]), fabsf(vn[nn][1])));
+      m_v[1] = fmaxf(m_v[1], fmaxf(fabsf(vn[nn][2]), fabsf(vn[nn][3])));
+    }
+    inv_old[0] = rf.inv[0];
+    inv_old[1] = rf.inv[1];
+    fits = m_v[0] * inv_old[0] <= 65504.0f && m_v[1] * inv_old[1] <= 65504.0f;  // false if inf
     const float old_fwd[2] = {rf.fwd[0], rf.fwd[1]};
     update_f16_row_factors(m_s[0] + Tr::kBT * m_v[0], m_s[1] + Tr::kBT * m_v[1], rf);
     ratio[0] = rf.inv[0] * old_fwd[0];
@@ -455,8 +507,17 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   wgmma_wait<0>();
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(o_acc);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
-  // The held rows follow a factor that moved (rare; after the wait: no branch while a wgmma runs).
-  if (Tr::kF16Keys && (ratio[0] != 1.0f || ratio[1] != 1.0f)) rescale_rows(s, ratio[0], ratio[1]);
+  // The held rows follow a factor that moved, and a saturated v_new row is repaired (both rare;
+  // after the wait: no branch while a wgmma runs; warp-uniform for the repair's shuffles). A row
+  // that did not fit moved its factor (its bound includes BT times its v_new), unless its v_new
+  // is inf (then the repair makes the held row inf or NaN, as an unsaturated product would).
+  if constexpr (Tr::kF16Keys) {
+    if (__any_sync(0xffffffffu, ratio[0] != 1.0f || ratio[1] != 1.0f || !fits)) {
+      rescale_rows(s, ratio[0], ratio[1]);
+      if (__any_sync(0xffffffffu, !fits))
+        add_saturated_residual<Tr::kBT>(s, vn, vh, inv_old, ratio, rest + Tr::kRestKgT);
+    }
+  }
   if constexpr (kOut) {
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn)
