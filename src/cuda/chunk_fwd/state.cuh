@@ -32,9 +32,11 @@
 // factor follows a bound of each row, carried from chunk to chunk as bound + BT max|v_new|
 // (gamma <= 1 and |kg| <= 1 under f16_keys_apply's conditions) and reset to the row's exact
 // maximum every kF16BoundRefresh chunks: taking that maximum costs 64 instructions per thread,
-// which every chunk made the scan ~8 % slower (twenty-second session); a v_new whose row would
-// pass 2^15 moves the factor before it is packed. A factor that moves rescales the held rows by
-// the exact ratio; the state's stores take them back by fwd = 1 / inv. The keys carry row
+// which every chunk made the scan ~8 % slower (twenty-second session). v_new^T is packed
+// saturating, with no range test on the serial chain: a row whose inv v_new passed f16's range
+// (a v_new far beyond the state's bound, rare) is repaired after the product
+// (add_saturated_residual). A factor that moves rescales the held rows by the exact ratio; the
+// state's stores take them back by fwd = 1 / inv. The keys carry row
 // anchors (wy.cuh: ke and qg times exp2(G_j - A_j), A_j the floor of the row's largest G), which
 // X^T's and O^T's columns get back from sKa; kg = k exp2(G_last - G) <= |k| needs none, and the
 // state update reads it MN-major from ke's image (wgmma_desc_mn). v_new^T and O^T's update stay
