@@ -41,9 +41,10 @@ TEST(TileImage, PairOrderInverts) {
 }
 
 // offset(r, d) maps the rows x cols elements of `elem` bytes one to one onto the tile's
-// elem-aligned slots.
-void expect_bijection(int rows, int cols, uint32_t elem, uint32_t (*offset)(uint32_t, uint32_t)) {
-  const uint32_t bytes = elem * rows * cols;
+// elem-aligned slots (a tile of tile_bytes when given: then into it, leaving slots unused).
+void expect_bijection(int rows, int cols, uint32_t elem, uint32_t (*offset)(uint32_t, uint32_t),
+                      uint32_t tile_bytes = 0) {
+  const uint32_t bytes = tile_bytes != 0 ? tile_bytes : elem * rows * cols;
   std::set<uint32_t> seen;
   for (int r = 0; r < rows; ++r) {
     for (int d = 0; d < cols; ++d) {
@@ -93,9 +94,9 @@ TEST(TileImage, SwizzledTilesAreBijectionsInPairOrder) {
 // columns 8c .. 8c + 7, with physical column q of the chunk holding d = 8c + scan_row(q): the
 // order of S^T's accumulator columns, whose (c0, c1) pairs are the f16 A fragment (state.cuh).
 template <int kRows>
-void check_half_pair_image(int cols) {
+void check_half_pair_image(int cols, uint32_t tile_bytes = 0) {
   SCOPED_TRACE(testing::Message() << kRows << " x " << cols << " f16");
-  expect_bijection(kRows, cols, 2, half_pair_image_offset<kRows>);
+  expect_bijection(kRows, cols, 2, half_pair_image_offset<kRows>, tile_bytes);
   for (int p = 0; p < kRows; ++p) {
     for (int c = 0; c < cols / 8; ++c) {
       for (int q = 0; q < 8; ++q) {
@@ -110,6 +111,9 @@ void check_half_pair_image(int cols) {
 TEST(TileImage, HalfTilesAreBijectionsInPairOrder) {
   check_half_pair_image<32>(64);   // ke, qg at K = 64
   check_half_pair_image<32>(128);  // ke, qg at K = 128
+  // A_qk (BT x BT, f16 keys): half of every 128-byte row of the f32 tile's 4 KB (intra.cuh:
+  // store_aqk), the chunks the descriptors' two k steps read.
+  check_half_pair_image<32>(32, 32 * 128);
 }
 
 // The f32 v image, over every element (j, c) of a kBT x V image: every float slot is hit once (a

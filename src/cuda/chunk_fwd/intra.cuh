@@ -45,10 +45,34 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// Element (i, j) of the chunk's A_qk image at gAqk.
+// Element (i, j) of the chunk's A_qk image at gAqk, stored as the scan's operand: a tf32 operand
+// (pair_image_offset), or with f16 keys an f16 value (half_pair_image_offset: the f16 B operand of
+// O^T += v_new^T A_qk^T, whose A is the state update's f16 v_new^T; |A_qk| <= |scale| <= 2^14
+// under f16_keys_apply). The f16 tile keeps the f32 tile's 128-byte rows: BT columns fill half of
+// each (the descriptors' 128-byte swizzle), and the scan reads only those.
 template <class Tr>
-__device__ __forceinline__ float* aqk_at(float* gAqk, unsigned i, unsigned j) {
-  return reinterpret_cast<float*>(reinterpret_cast<char*>(gAqk) + pair_image_offset<Tr::kBT>(i, j));
+__device__ __forceinline__ void store_aqk(const ChunkFwdParams& p, float* gAqk, unsigned i,
+                                          unsigned j, float a) {
+  char* base = reinterpret_cast<char*>(gAqk);
+  if (p.f16_keys) {
+    *reinterpret_cast<__half*>(base + half_pair_image_offset<Tr::kBT>(i, j)) = __float2half_rn(a);
+  } else {
+    *reinterpret_cast<float*>(base + pair_image_offset<Tr::kBT>(i, j)) = tf32_operand(a);
+  }
+}
+
+// Elements (i, j) and (i, j + 1), j even: one 8-byte store in the tf32 image, two in the f16 one
+// (its pair order puts the two columns apart).
+template <class Tr>
+__device__ __forceinline__ void store_aqk_pair(const ChunkFwdParams& p, float* gAqk, unsigned i,
+                                               unsigned j, float a0, float a1) {
+  if (p.f16_keys) {
+    store_aqk<Tr>(p, gAqk, i, j, a0);
+    store_aqk<Tr>(p, gAqk, i, j + 1, a1);
+  } else {
+    *reinterpret_cast<float2*>(reinterpret_cast<char*>(gAqk) + pair_image_offset<Tr::kBT>(i, j)) =
+        make_float2(tf32_operand(a0), tf32_operand(a1));
+  }
 }
 
 // Diagonal blocks by exact per-pair exponents: sA (A_kk) and gAqk (A_qk) rows of every block,
@@ -91,7 +115,7 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, const 
     }
     if (lane < kSubChunk) {
       sA[i * Tr::kLdA + j0 + lane] = my_kk;
-      *aqk_at<Tr>(gAqk, i, j0 + lane) = tf32_operand(my_qk);
+      store_aqk<Tr>(p, gAqk, i, j0 + lane, my_qk);
     }
   }
 }
@@ -104,16 +128,24 @@ __device__ __forceinline__ int intra_pairs(const ChunkFwdParams& p) {
 }
 
 // The zeros above the diagonal blocks (sA, and gAqk: the scan reads the whole tile), by `threads`
-// threads (`tid` in [0, threads)).
+// threads (`tid` in [0, threads)): 16-byte chunks, 4 columns j of sA and of a tf32 image, 8 of an
+// f16 one (the chunks of store_aqk's layouts hold whole groups of 4 or 8 columns).
 template <class Tr>
-__device__ __forceinline__ void intra_zero_upper(float* sA, float* gAqk, int tid, int threads) {
+__device__ __forceinline__ void intra_zero_upper(const ChunkFwdParams& p, float* sA, float* gAqk,
+                                                 int tid, int threads) {
   constexpr unsigned kRowF4 = Tr::kBT / 4;  // float4 columns per row
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  char* image = reinterpret_cast<char*>(gAqk);
   for (unsigned idx = tid; idx < Tr::kBT * kRowF4; idx += threads) {
     const unsigned i = idx / kRowF4, j = 4 * (idx % kRowF4);
     if (j < kSubChunk * (i / kSubChunk + 1)) continue;  // on or below the diagonal block
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     *reinterpret_cast<float4*>(sA + i * Tr::kLdA + j) = zero;
-    *reinterpret_cast<float4*>(aqk_at<Tr>(gAqk, i, j)) = zero;  // j % 4 = 0: one 16-byte chunk
+    if (p.f16_keys) {
+      if (j % 8 == 0)
+        *reinterpret_cast<float4*>(image + half_pair_image_offset<Tr::kBT>(i, j)) = zero;
+    } else {
+      *reinterpret_cast<float4*>(image + pair_image_offset<Tr::kBT>(i, j)) = zero;
+    }
   }
 }
 
@@ -182,10 +214,9 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, const fl
       const float k0 = akk[nh][2 * half], k1 = akk[nh][2 * half + 1];
       *reinterpret_cast<float2*>(sA + i * Tr::kLdA + j) =
           make_float2(j < i ? beta_r[half] * k0 : 0.0f, j + 1 < i ? beta_r[half] * k1 : 0.0f);
-      // A_qk: only ever an mma operand (scan), stored as tf32 operands; j even: one chunk.
-      *reinterpret_cast<float2*>(aqk_at<Tr>(gAqk, i, j)) =
-          make_float2(j <= i ? tf32_operand(p.scale * q0) : 0.0f,
-                      j + 1 <= i ? tf32_operand(p.scale * q1) : 0.0f);
+      // A_qk: only ever an mma operand (scan), stored as its operand (store_aqk).
+      store_aqk_pair<Tr>(p, gAqk, i, j, j <= i ? p.scale * q0 : 0.0f,
+                         j + 1 <= i ? p.scale * q1 : 0.0f);
     }
   }
 }

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
     if (threadIdx.x < 32) invert_chunk_warp<Tr>(sA, sScr);
   } else {
     const int tid = static_cast<int>(threadIdx.x) - 32 * pairs, threads = Tr::kThreads - 32 * pairs;
-    intra_zero_upper<Tr>(sA, gAqk, tid, threads);
+    intra_zero_upper<Tr>(p, sA, gAqk, tid, threads);
     write_gated_keys<Tr>(p, cc, tile, sQ, sK, sG, tid, threads);
     // NOTE: no data needs this barrier. compute-sanitizer's racecheck pairs each warp's block
     // barriers by their count, so without a barrier here to match the product warps' named one it

@@ -213,52 +213,70 @@ __device__ __forceinline__ void pack_s_f16(const float (&s)[kNK][4], const float
   }
 }
 
-// The rare repair of an f16 state update whose v_new operand saturated (scan_step): a row of
-// inv v_new beyond 65504 went into the product as +-65504 (pack_f16_satfinite). The held rows,
-// already rescaled by ratio (the factors' move, which brings every row's inv v_new below 2^8:
-// update_f16_row_factors), get ratio (inv_old v_new - vh) kg added by f32 FMAs, so that they hold
-// ratio inv_old (S^T diag(gamma) + v_new^T kg) as the unsaturated product would (up to rounding).
+// The rare repair of the f16 products that read v_new^T (scan_step) when its operand saturated:
+// a row of inv v_new beyond 65504 went into them as +-65504 (pack_f16_satfinite). With the
+// residual r = inv_old v_new - vh (vh: the packed operand), the held rows of S^T, already rescaled
+// by ratio (the factors' move, which brings every row's inv v_new below 2^8:
+// update_f16_row_factors), get ratio r kg, and (kOut) o2, which is in inv_old units, r A_qk^T,
+// both by f32 FMAs: they then hold what the unsaturated products would (up to rounding).
 // Warp-uniform and warp-local (no wgmma, which would need the whole warpgroup): the quad's
-// residuals come by shuffles, kg [BT][K] f16 from its image (half_pair_image_offset). About 2 K
-// BT FMAs per thread: it runs only in a chunk where v_new jumps past the state's range.
-template <int kBT, int kNK>
+// residuals come by shuffles, kg [BT][K] and A_qk [BT][BT] f16 from their images
+// (half_pair_image_offset). About 2 (K + BT) BT FMAs per thread: it runs only in a chunk where
+// v_new jumps past the state's range.
+template <bool kOut, int kBT, int kNK>
 __device__ __forceinline__ void add_saturated_residual(
-    float (&s)[kNK][4], const float (&vn)[kBT / 8][4], const uint32_t (&vh)[kBT / 16][4],
-    const float (&inv_old)[2], const float (&ratio)[2], const unsigned char* kg) {
+    float (&s)[kNK][4], float (&o2)[kBT / 8][4], const float (&vn)[kBT / 8][4],
+    const uint32_t (&vh)[kBT / 16][4], const float (&inv_old)[2], const float (&ratio)[2],
+    const unsigned char* kg, const unsigned char* aqk) {
   const int lane = threadIdx.x % 32, t = lane % 4;
-  float d[kBT / 8][4];  // same fragment as vn: row g + 8 (e / 2), chunk row 8 nn + t + 4 (e % 2)
+  float r[kBT / 8][4];  // same fragment as vn: row g + 8 (e / 2), chunk row 8 nn + t + 4 (e % 2)
 #pragma unroll
   for (int nn = 0; nn < kBT / 8; ++nn) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // the packed pair (e, e + 1) = (2 h, 2 h + 1)
       const uint32_t bits = vh[nn / 2][2 * (nn % 2) + h];
       const float2 packed = __half22float2(*reinterpret_cast<const __half2*>(&bits));
-      d[nn][2 * h] = ratio[h] * fmaf(inv_old[h], vn[nn][2 * h], -packed.x);
-      d[nn][2 * h + 1] = ratio[h] * fmaf(inv_old[h], vn[nn][2 * h + 1], -packed.y);
+      r[nn][2 * h] = fmaf(inv_old[h], vn[nn][2 * h], -packed.x);
+      r[nn][2 * h + 1] = fmaf(inv_old[h], vn[nn][2 * h + 1], -packed.y);
     }
   }
+  const auto f16_at = [](const unsigned char* image, int row, int col) {
+    return __half2float(
+        *reinterpret_cast<const __half*>(image + half_pair_image_offset<kBT>(row, col)));
+  };
 #pragma unroll 1
-  for (int j = 0; j < kBT; ++j) {  // held by the quad's thread j % 4 as d[j / 8][(j % 8) / 4]
-    float dj[2] = {0.0f, 0.0f};    // selected without a dynamic register index (no local memory)
+  for (int j = 0; j < kBT; ++j) {  // held by the quad's thread j % 4 as r[j / 8][(j % 8) / 4]
+    float rj[2] = {0.0f, 0.0f};    // selected by selp: a dynamic register index is local memory
 #pragma unroll
     for (int nn = 0; nn < kBT / 8; ++nn) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const bool pick = nn == j / 8 && c == (j % 8) / 4;
-        dj[0] = select_f32(pick, d[nn][c], dj[0]);
-        dj[1] = select_f32(pick, d[nn][2 + c], dj[1]);
+        rj[0] = select_f32(pick, r[nn][c], rj[0]);
+        rj[1] = select_f32(pick, r[nn][2 + c], rj[1]);
       }
     }
-    const float d0 = __shfl_sync(0xffffffffu, dj[0], (lane & ~3) | (j % 4));
-    const float d1 = __shfl_sync(0xffffffffu, dj[1], (lane & ~3) | (j % 4));
+    const float r0 = __shfl_sync(0xffffffffu, rj[0], (lane & ~3) | (j % 4));
+    const float r1 = __shfl_sync(0xffffffffu, rj[1], (lane & ~3) | (j % 4));
+    const float s0 = ratio[0] * r0, s1 = ratio[1] * r1;
 #pragma unroll
     for (int nt = 0; nt < kNK; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {  // S^T column 8 nt + t + 4 e
-        const float k = __half2float(*reinterpret_cast<const __half*>(
-            kg + half_pair_image_offset<kBT>(j, 8 * nt + t + 4 * e)));
-        s[nt][e] = fmaf(d0, k, s[nt][e]);
-        s[nt][2 + e] = fmaf(d1, k, s[nt][2 + e]);
+        const float k = f16_at(kg, j, 8 * nt + t + 4 * e);
+        s[nt][e] = fmaf(s0, k, s[nt][e]);
+        s[nt][2 + e] = fmaf(s1, k, s[nt][2 + e]);
+      }
+    }
+    if constexpr (kOut) {
+#pragma unroll
+      for (int nn = 0; nn < kBT / 8; ++nn) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {  // O^T column (chunk row) i = 8 nn + t + 4 c
+          const float a = f16_at(aqk, 8 * nn + t + 4 * c, j);
+          o2[nn][c] = fmaf(r0, a, o2[nn][c]);
+          o2[nn][2 + c] = fmaf(r1, a, o2[nn][2 + c]);
+        }
       }
     }
   }
@@ -434,15 +452,15 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   }
   wgmma_wait<0>();
   wgmma_fence_operands<4 * kNJ>(&vn[0][0]);
-  uint32_t va[kNJ][4];  // v_new^T as the tf32 A operand of the O^T product
-  if (!Tr::kF16Keys || kOut) {
+  // v_new^T as the A operand of the O^T update and the state update: tf32, or with f16 keys f16,
+  // each row times the row's factor inv (the held state is inv S^T). Packed saturating, without a
+  // range test on the serial chain: a row of inv v_new past f16's range is rare (v_new far beyond
+  // the state's bound) and repaired after the products (add_saturated_residual).
+  [[maybe_unused]] uint32_t va[kNJ][4];
+  if constexpr (!Tr::kF16Keys) {
 #pragma unroll
     for (int nn = 0; nn < kNJ; ++nn) a_from_acc(vn[nn], va[nn]);
   }
-  // With f16 keys, v_new^T as the f16 A operand of the state update, each row times the row's
-  // factor inv (the held state is inv S^T). Packed saturating, without a range test on the serial
-  // chain: a row of inv v_new past f16's range is rare (v_new far beyond the state's bound) and
-  // repaired after the product (add_saturated_residual).
   [[maybe_unused]] uint32_t vh[kNJ / 2][4];
   if constexpr (Tr::kF16Keys) {
     if (rf.inv[0] == 1.0f && rf.inv[1] == 1.0f) {
@@ -454,9 +472,10 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
 
   // O^T += v_new^T A_qk^T (the blocks above the diagonal of A_qk are exact zeros) and
   // S^T += v_new^T kg (N = K; B = kg^T, rows d in pair order, so S^T keeps its column order),
-  // one commit group. With f16 keys the first product goes to its own accumulator o2, and O^T =
-  // fwd S^T qg^T + o2 after the wait: O^T's registers then keep the values their wgmma defined,
-  // which ptxas needs to leave the late o store of the 8-warp scan without injected waits.
+  // one commit group. With f16 keys the first product goes to its own accumulator o2 (inv v_new^T
+  // A_qk^T, f16: A_qk's f16 image), and O^T = fwd (S^T qg^T + o2) after the wait: O^T's
+  // registers then keep the values their wgmma defined, which ptxas needs to leave the late o
+  // store of the 8-warp scan without injected waits.
   float o2[kNJ][4];
   float* o_acc = Tr::kF16Keys ? &o2[0][0] : &o[0][0];
   if constexpr (Tr::kF16Keys && kOut) {
@@ -468,7 +487,11 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
   if constexpr (kOut) wgmma_fence_operands<4 * kNJ>(o_acc);
   wgmma_fence_operands<4 * kNK>(&s[0][0]);
   wgmma_fence();
-  if constexpr (kOut) {
+  if constexpr (kOut && Tr::kF16Keys) {
+#pragma unroll
+    for (int kk = 0; kk < kNJ / 2; ++kk)
+      wgmma_f16<Tr::kBT>(o_acc, vh[kk], wgmma_desc_step<Tr::kBT>(dA, kk));
+  } else if constexpr (kOut) {
 #pragma unroll
     for (int kk = 0; kk < kNJ; ++kk)
       wgmma_tf32<Tr::kBT>(o_acc, va[kk], wgmma_desc_step<Tr::kBT>(dA, kk));
@@ -517,7 +540,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
     if (__any_sync(0xffffffffu, ratio[0] != 1.0f || ratio[1] != 1.0f || !fits)) {
       rescale_rows(s, ratio[0], ratio[1]);
       if (__any_sync(0xffffffffu, !fits))
-        add_saturated_residual<Tr::kBT>(s, vn, vh, inv_old, ratio, rest + Tr::kRestKgT);
+        add_saturated_residual<kOut, Tr::kBT>(s, o2, vn, vh, inv_old, ratio, rest + Tr::kRestKgT,
+                                              rest + Tr::kRestA);
     }
   }
   if constexpr (kOut) {
@@ -526,7 +550,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         o_out[nn][e] =
-            Tr::kF16Keys ? fmaf(fwd[e / 2] * ka[nn][e % 2], o[nn][e], o2[nn][e]) : o[nn][e];
+            Tr::kF16Keys ? fwd[e / 2] * fmaf(ka[nn][e % 2], o[nn][e], o2[nn][e]) : o[nn][e];
   }
 }
 
