@@ -16,6 +16,8 @@
 
 namespace {
 
+using openkda::cuda::chunk_forward::f16_pair_first;
+using openkda::cuda::chunk_forward::f16_pair_second;
 using openkda::cuda::chunk_forward::f16_writer_chunk;
 using openkda::cuda::chunk_forward::f16_writer_row;
 using openkda::cuda::chunk_forward::half_pair_image_offset;
@@ -114,6 +116,31 @@ TEST(TileImage, HalfTilesAreBijectionsInPairOrder) {
   // A_qk (BT x BT, f16 keys): half of every 128-byte row of the f32 tile's 4 KB (intra.cuh:
   // store_aqk), the chunks the descriptors' two k steps read.
   check_half_pair_image<32>(32, 32 * 128);
+}
+
+// The prep's f16 A_qk pair stores (intra.cuh: store_aqk_pair): thread t of a quad, holding the
+// accumulator columns (j, j + 1), j = 8 m + 2 t, stores f16_pair_first(j) and f16_pair_second(j)
+// as one aligned 4-byte word (adjacent slots), the swap keeps each value in its quad's pair of
+// threads (t, t ^ 2), and the quad's stores cover the 8 columns of its group once.
+TEST(TileImage, F16PairStoresAreAdjacentAndCoverTheGroup) {
+  for (uint32_t i = 0; i < 32; ++i) {
+    for (uint32_t m = 0; m < 4; ++m) {
+      std::set<uint32_t> cols;
+      for (uint32_t t = 0; t < 4; ++t) {
+        const uint32_t j = 8 * m + 2 * t, first = f16_pair_first(j), second = f16_pair_second(j);
+        const uint32_t at = half_pair_image_offset<32>(i, first);
+        EXPECT_EQ(at % 4, 0u) << "i = " << i << ", j = " << j;
+        EXPECT_EQ(half_pair_image_offset<32>(i, second), at + 2) << "i = " << i << ", j = " << j;
+        const uint32_t partner = 8 * m + 2 * (t ^ 2);  // the columns of thread t ^ 2
+        for (uint32_t c : {first, second}) {
+          EXPECT_TRUE(c == j || c == j + 1 || c == partner || c == partner + 1) << "j = " << j;
+          EXPECT_TRUE(cols.insert(c).second) << "column " << c << " stored twice";
+        }
+      }
+      EXPECT_EQ(cols.size(), 8u);
+      EXPECT_EQ(*cols.begin(), 8 * m);
+    }
+  }
 }
 
 // The f32 v image, over every element (j, c) of a kBT x V image: every float slot is hit once (a

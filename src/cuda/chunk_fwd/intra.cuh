@@ -20,9 +20,9 @@
 //   Products are mma.sync m16n8k8 tf32 (fp32 accumulation), one warp per block pair (rb, cb)
 //   computing both matrices' blocks (shared anchor factors and B operand); the exp2 factors of
 //   their operands are exp2_operand (rounded to tf32 right after).
-//   A_qk goes straight to the workspace as tf32 operands, as the scan's shared-memory image of
-//   the tile (tile_image.h; every row, those past the chunk from q = 0); A_kk stays in shared
-//   memory in f32 (the inverse reads it).
+//   A_qk goes straight to the workspace as tf32 operands (f16 with f16 keys: store_aqk), as the
+//   scan's shared-memory image of the tile (tile_image.h; every row, those past the chunk from
+//   q = 0); A_kk stays in shared memory in f32 (the inverse reads it).
 //
 // Inverse, by one warp (invert_chunk_warp): the diagonal blocks by forward substitution in f32
 // (lane j of a half warp owns column j in registers: X[i][j] = -(A[i][j] + sum_{j<m<i} A[i][m]
@@ -61,16 +61,22 @@ __device__ __forceinline__ void store_aqk(const ChunkFwdParams& p, float* gAqk, 
   }
 }
 
-// Elements (i, j) and (i, j + 1), j even: one 8-byte store in the tf32 image, two in the f16 one
-// (its pair order puts the two columns apart).
+// Elements (i, j) and (i, j + 1) of an mma accumulator pair, called by whole warps with
+// j = 8 m + 2 (lane % 4) (the pairs of one row i in a quad cover 8 columns): one 8-byte store in
+// the tf32 image; in the f16 one, whose pair order puts the two columns two slots apart, lanes t
+// and t ^ 2 swap one value so that each stores one physically adjacent pair, 4 bytes
+// (tile_image.h: f16_pair_first / f16_pair_second).
 template <class Tr>
 __device__ __forceinline__ void store_aqk_pair(const ChunkFwdParams& p, float* gAqk, unsigned i,
                                                unsigned j, float a0, float a1) {
+  char* base = reinterpret_cast<char*>(gAqk);
   if (p.f16_keys) {
-    store_aqk<Tr>(p, gAqk, i, j, a0);
-    store_aqk<Tr>(p, gAqk, i, j + 1, a1);
+    const bool lo = (j % 8) < 4;
+    const float other = __shfl_xor_sync(0xffffffffu, lo ? a1 : a0, 2);
+    *reinterpret_cast<uint32_t*>(base + half_pair_image_offset<Tr::kBT>(i, f16_pair_first(j))) =
+        lo ? pack_b16<__half>(a0, other) : pack_b16<__half>(other, a1);
   } else {
-    *reinterpret_cast<float2*>(reinterpret_cast<char*>(gAqk) + pair_image_offset<Tr::kBT>(i, j)) =
+    *reinterpret_cast<float2*>(base + pair_image_offset<Tr::kBT>(i, j)) =
         make_float2(tf32_operand(a0), tf32_operand(a1));
   }
 }

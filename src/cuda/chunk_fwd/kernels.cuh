@@ -31,9 +31,9 @@
 // unchanged, by tensor-map boxes, and is widened exactly there); products are tf32 tensor-core mma
 // / wgmma with f32 accumulation (operands rounded to nearest to 10 mantissa bits, except the scan's
 // S^T operand of X^T and O^T, which the tensor core truncates: state.cuh), or, with f16 keys
-// (params.h: f16_keys_apply), X^T, O^T and the state update f16 wgmma on f16 ke / qg / kg tiles
-// and row-scaled f16 copies of S^T and v_new^T (10 mantissa bits, rounded to nearest; state.cuh's
-// range guard); exp2 factors
+// (params.h: f16_keys_apply), X^T, O^T, the O^T update and the state update f16 wgmma on f16 ke /
+// qg / kg / A_qk tiles and row-scaled f16 copies of S^T and v_new^T (10 mantissa bits, rounded
+// to nearest; state.cuh's range guard); exp2 factors
 // that become tensor-core operands use ex2.approx (exp2_operand), the lower-bound gate
 // sigmoid_fast, everything else CUDA's accurate f32 functions; the state update scales S by gamma
 // in f32 and accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's dtypes;

@@ -32,7 +32,8 @@
 //   kgT           [HV, slots, K, BT]   kg^T, kg = k exp2(G_last - G) (swizzled, pair order); with
 //                                      f16 keys kg itself [HV, slots, BT, K] f16 in ke's image
 //   aqk           [HV, slots, BT, BT]  scale q_i.k_j exp2(G_i - G_j) (j <= i), 0 elsewhere
-//                                      (swizzled, pair order)
+//                                      (swizzled, pair order; with f16 keys f16 in half of each
+//                                      128-byte row, half_pair_image_offset)
 //   tinv          [HV, slots, BT, BT]  Tinv' = (I + A_kk)^-1 diag(beta) (swizzled, pair order);
 //                                      the scan's v_new = Tinv' (v - ke S) is the WY form's
 //                                      u - w S (u = Tinv' v, w = Tinv' ke), whose products the

@@ -39,8 +39,9 @@
 // state's stores take them back by fwd = 1 / inv. The keys carry row
 // anchors (wy.cuh: ke and qg times exp2(G_j - A_j), A_j the floor of the row's largest G), which
 // X^T's and O^T's columns get back from sKa; kg = k exp2(G_last - G) <= |k| needs none, and the
-// state update reads it MN-major from ke's image (wgmma_desc_mn). v_new^T and O^T's update stay
-// tf32.
+// state update reads it MN-major from ke's image (wgmma_desc_mn). The O^T update reads the
+// state update's f16 v_new^T operand and A_qk's f16 image (|A_qk| <= |scale|), so its o2 is in
+// inv units too; only v_new's own product stays tf32.
 //
 // Column orders (why the tiles' rows are permuted): an accumulator tile holds columns (2t, 2t + 1)
 // in thread t, an A fragment columns (t, t + 4). Every accumulator that feeds a later product as

@@ -67,6 +67,18 @@ OPENKDA_HOST_DEVICE constexpr uint32_t half_pair_image_offset(uint32_t r, uint32
   return swizzled_offset<kRows>(pair_row(r), d / 8) + 2 * pair_row(d % 8);
 }
 
+// The prep's 4-byte stores of an f16 A_qk image (intra.cuh: store_aqk_pair): the mma accumulator
+// pair of thread t of a quad holds columns (j, j + 1), j = 8 m + 2 t, which the pair order puts
+// two slots apart; threads t and t ^ 2 swap one value, and each stores the logical columns
+// (f16_pair_first(j), f16_pair_second(j)), physically adjacent at an even slot: t < 2 its j and
+// the partner's j + 4, t >= 2 the partner's j - 3 and its j + 1.
+OPENKDA_HOST_DEVICE constexpr uint32_t f16_pair_first(uint32_t j) {
+  return j % 8 < 4 ? j : j - 3;
+}
+OPENKDA_HOST_DEVICE constexpr uint32_t f16_pair_second(uint32_t j) {
+  return j % 8 < 4 ? j + 4 : j + 1;
+}
+
 // The byte offsets of a wgmma descriptor that reads an f16 image of kRows rows (half_pair_image_
 // offset: rows = the product's K, columns = its N) MN-major (wgmma.cuh: wgmma_desc_mn): the next
 // 64 N values are the image's next region (the leading byte offset), the next 8 K rows 1024 bytes
