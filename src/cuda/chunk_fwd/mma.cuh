@@ -75,8 +75,8 @@ __device__ __forceinline__ uint32_t pack_b16(float lo, float hi) {
 }
 
 // As pack_b16<__half>, but a value beyond f16's largest finite value (65504) becomes +-65504
-// instead of +-inf (cvt.rn.satfinite: the same one instruction). The state update's f16 operand
-// (state.cuh), whose rare overflow the scan repairs after the product.
+// instead of +-inf (cvt.rn.satfinite: the same one instruction). The f16 v_new^T operand of the
+// state and O^T updates (state.cuh), whose rare overflow the scan repairs after the products.
 __device__ __forceinline__ uint32_t pack_f16_satfinite(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));

@@ -96,8 +96,8 @@ template <int kK_, int kBT_, bool kTransition_ = false, bool kF16Keys_ = false>
 struct ScanTraits {
   static constexpr int kK = kK_;
   static constexpr int kBT = kBT_;
-  // kF16Keys: sKe, sQg and sKg are f16 tiles, and X^T, O^T and the state update f16 wgmma
-  // (params.h: f16_keys_apply).
+  // kF16Keys: sKe, sQg, sKg and sA (A_qk) are f16 tiles, and X^T, O^T, the O^T update and the
+  // state update f16 wgmma (params.h: f16_keys_apply).
   static constexpr bool kF16Keys = kF16Keys_;
   static constexpr int kKeyBytes = kF16Keys ? 2 : 4;
   // With f16 keys: chunks between exact row maxima of S^T in the range guard (state.cuh).

@@ -117,7 +117,7 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
       if (c8 == 0) p.ka[tile * Tr::kBT + pair_row(i)] = ldexpf(1.0f, static_cast<int>(a));
       // kg = k exp2(G_last - G) <= |k| needs no anchor (underflow only where the decay has made
       // the term negligible against the row's later ones).
-      float qv[8], kv[8], gv8[8];
+      float qv[8], kv[8], kgv[8];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float4 q4 = *reinterpret_cast<const float4*>(sQ + i * kLd + d + 4 * h);
@@ -128,20 +128,20 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
           const float e = exp2_operand(gv[4 * h + c] - a);
           qv[4 * h + c] = p.scale * qq[c] * e;
           kv[4 * h + c] = kk[c] * e;
-          gv8[4 * h + c] = kk[c] * exp2_operand(gl[4 * h + c] - gv[4 * h + c]);
+          kgv[4 * h + c] = kk[c] * exp2_operand(gl[4 * h + c] - gv[4 * h + c]);
         }
       }
-      uint32_t qp[4], kp[4], gp[4];
+      uint32_t qp[4], kp[4], kgp[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {  // physical columns 2c, 2c + 1 hold d + scan_row(2c), + 1
         qp[c] = pack_b16<__half>(qv[scan_row(2 * c)], qv[scan_row(2 * c + 1)]);
         kp[c] = pack_b16<__half>(kv[scan_row(2 * c)], kv[scan_row(2 * c + 1)]);
-        gp[c] = pack_b16<__half>(gv8[scan_row(2 * c)], gv8[scan_row(2 * c + 1)]);
+        kgp[c] = pack_b16<__half>(kgv[scan_row(2 * c)], kgv[scan_row(2 * c + 1)]);
       }
       const uint32_t at = half_pair_image_offset<Tr::kBT>(i, d);
       *reinterpret_cast<uint4*>(gQg + at) = make_uint4(qp[0], qp[1], qp[2], qp[3]);
       *reinterpret_cast<uint4*>(gKe + at) = make_uint4(kp[0], kp[1], kp[2], kp[3]);
-      *reinterpret_cast<uint4*>(gKg + at) = make_uint4(gp[0], gp[1], gp[2], gp[3]);
+      *reinterpret_cast<uint4*>(gKg + at) = make_uint4(kgp[0], kgp[1], kgp[2], kgp[3]);
     }
   } else {
     char* gQg = reinterpret_cast<char*>(p.qg + tile * Tr::kBT * Tr::kK);
