@@ -9,6 +9,8 @@
 // caller-owned buffers.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <optional>
 
 #include "openkda/tensor_ref.h"
@@ -40,6 +42,11 @@ struct KdaOptions {
   Algorithm algorithm = Algorithm::kChunked;  // CPU backend only (chunk_kda)
   int num_threads = 0;                        // CPU backend only; 0 = all hardware threads
 };
+
+// The factor q is scaled by: `scale`, or FLA's default K^-0.5 (K: the q/k head dim).
+inline double effective_scale(const KdaOptions& o, int64_t K) {
+  return o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(K));
+}
 
 // Inputs of chunk_kda, shared by its forward and backward.
 struct ChunkProblem : KdaOptions {

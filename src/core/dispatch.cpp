@@ -1,6 +1,5 @@
 // The host protocol of every op, and the one place where run-time values become compile-time
 // choices: device (CPU backend or CUDA launchers) and CPU compute precision (float or double).
-#include <cmath>
 #include <string>
 #include <type_traits>
 
@@ -84,18 +83,13 @@ size_t chunk_plan_bytes(const ChunkProblem& p, bool backward) {
 }
 
 template <class T>
-T resolve_scale(const KdaOptions& o, int64_t K) {
-  return o.scale ? T(*o.scale) : T(1.0 / std::sqrt(static_cast<double>(K)));
-}
-
-template <class T>
 void chunk_fwd_cpu(const ChunkFwdArgs& a, Workspace ws) {
   const ProblemDims d = resolve_dims(a.q, a.v, a.cu_seqlens, a.chunk_size);
   WorkspacePlan plan(ws.data);
   cpu::ChunkBuffers<T> b = cpu::plan_chunk_buffers<T>(d, false, plan);
   const int threads = cpu::resolve_threads(a.num_threads);
   cpu::prepare_inputs(a, d, b, nullptr, nullptr, threads);
-  const T scale = resolve_scale<T>(a, d.K);
+  const T scale = T(effective_scale(a, d.K));
   cpu::parallel_for(d.N * d.HV, threads, [&](int64_t task) {
     if constexpr (std::is_same_v<T, double>) {
       if (a.algorithm == Algorithm::kRecurrentReference) {
@@ -117,7 +111,7 @@ void chunk_bwd_cpu(const ChunkBwdArgs& a, Workspace ws) {
   cpu::ChunkBuffers<T> b = cpu::plan_chunk_buffers<T>(d, true, plan);
   const int threads = cpu::resolve_threads(a.num_threads);
   cpu::prepare_inputs(a, d, b, &a.d_o, &a.dht, threads);
-  const T scale = resolve_scale<T>(a, d.K);
+  const T scale = T(effective_scale(a, d.K));
   cpu::parallel_for(d.N * d.HV, threads, [&](int64_t task) {
     if constexpr (std::is_same_v<T, double>) {
       if (a.algorithm == Algorithm::kRecurrentReference) {

@@ -138,7 +138,7 @@ void recurrent_fwd_cpu(const RecurrentFwdArgs& a) {
   const bool pool = a.ssm_state_indices.defined();
   const int64_t idx_cols = pool && a.ssm_state_indices.ndim == 2 ? a.ssm_state_indices.shape[1] : 1;
   const bool headwise = a.beta.ndim == 4;
-  const T scale = a.scale ? T(*a.scale) : T(1.0 / std::sqrt(double(K)));
+  const T scale = T(effective_scale(a, K));
   std::vector<T> A_log(static_cast<size_t>(HV)), dt_bias(static_cast<size_t>(HV * K));
   GateParams<T> gp;
   gp.in_kernel = a.use_gate_in_kernel;

@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -72,10 +71,6 @@ float lower_bound_of(const ChunkFwdArgs& a) {  // 0 without the lower-bound gate
   return a.lower_bound ? static_cast<float>(*a.lower_bound) : 0.0f;
 }
 
-float scale_of(const ChunkFwdArgs& a, int64_t K) {
-  return static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(K)));
-}
-
 Dims dims_of(const ChunkFwdArgs& a) {
   Dims d;
   d.B = a.q.shape[0];
@@ -89,8 +84,9 @@ Dims dims_of(const ChunkFwdArgs& a) {
   d.h = a.h.defined();
   d.v_map = chunk_forward::v_by_tensor_map(a.v.dtype);
   d.inputs_by_tma = chunk_forward::inputs_by_tensor_map(a.q.dtype, a.g.dtype);
-  d.f16_keys = chunk_forward::f16_keys_apply(a.use_qk_l2norm_in_kernel, gate_mode_of(a),
-                                             lower_bound_of(a), scale_of(a, d.K));
+  d.f16_keys =
+      chunk_forward::f16_keys_apply(a.use_qk_l2norm_in_kernel, gate_mode_of(a), lower_bound_of(a),
+                                    static_cast<float>(effective_scale(a, d.K)));
   d.N = d.varlen ? a.cu_seqlens.shape[0] - 1 : d.B;  // rank 1 (validated)
   return d;
 }
@@ -275,7 +271,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.V = static_cast<int32_t>(d.V);
   p.BT = static_cast<int32_t>(d.BT);
 
-  p.scale = scale_of(a, d.K);
+  p.scale = static_cast<float>(effective_scale(a, d.K));
   p.gate_mode = gate_mode_of(a);
   p.lower_bound = lower_bound_of(a);
   p.l2norm = a.use_qk_l2norm_in_kernel;

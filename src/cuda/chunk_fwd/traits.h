@@ -119,10 +119,12 @@ struct ScanTraits {
   //     the transition pass. With kF16Keys, sKa [kBT] f32 follows (the row anchors, pair order).
   //   two REST buffers (chunks of even and odd index from the segment's first; kRest* are byte
   //     offsets within a buffer, which starts 1024-byte aligned at rest_offset(buffer, vs)):
-  //     sA [kBT][kBT] tf32 (A_qk; swizzled, pair order; empty in the transition pass), sTinv
+  //     sA [kBT][kBT] tf32 (A_qk; swizzled, pair order; empty in the transition pass; with
+  //     kF16Keys f16 in half of each 128-byte row, half_pair_image_offset), sTinv
   //     [kBT][kBT] tf32 (Tinv' = Tinv diag(beta), the B operand of v_new^T = R^T Tinv'^T; the same
   //     layout), sKgT [kK][kBT] tf32 (the state update's B operand, kg^T: N = d, K-major along the
-  //     chunk rows j; swizzled, rows d in pair order), sGamma [kK], sV [vs / 64][kBT][64] (the
+  //     chunk rows j; swizzled, rows d in pair order; with kF16Keys kg [kBT][kK] f16 in sKe's
+  //     image, read MN-major), sGamma [kK], sV [vs / 64][kBT][64] (the
   //     prep's f32 v image, XOR-swizzled columns; or, in its first half, the tensor-map boxes of a
   //     16-bit v, 128-byte swizzled: 1024-byte aligned).
   //   bar [4] at bar_offset(vs): the mbarriers of the bulk copies into WQ buffers 0 and 1 and

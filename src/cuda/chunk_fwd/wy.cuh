@@ -188,7 +188,7 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
 // The WY factor's image: Tinv'[i][j] = Tinv[i][j] beta_j for the whole BT x BT tile (sA holds
 // Tinv with its zeros above the diagonal; rows past the chunk are identity rows of Tinv and beta
 // is 0 there, so they store 0), as the scan's B operand of v_new^T = R^T Tinv'^T (tf32 operands,
-// pair order: aqk_at's layout). Thread: one 16-byte chunk of the image, row tid / (BT / 4),
+// pair order: store_aqk's tf32 layout). Thread: one 16-byte chunk of the image, row tid / (BT / 4),
 // columns 4 (tid % (BT / 4)) .. + 3. Expects Tinv visible (the barrier that ends the inverse).
 template <class Tr>
 __device__ __forceinline__ void write_tinv_image(const float* sA, const float* sBeta,

@@ -81,7 +81,7 @@ RecurrentParams make_params(const RecurrentFwdArgs& a) {
     p.cu_dtype = a.cu_seqlens.dtype;
   }
 
-  p.scale = static_cast<float>(a.scale ? *a.scale : 1.0 / std::sqrt(static_cast<double>(K)));
+  p.scale = static_cast<float>(effective_scale(a, K));
   p.l2norm = a.use_qk_l2norm_in_kernel;
   p.gate_in_kernel = a.use_gate_in_kernel;
   p.has_lower_bound = a.lower_bound.has_value();
