@@ -84,8 +84,11 @@ __device__ __forceinline__ bool resolve_chunk(const ChunkFwdParams& p, int64_t s
                                               ChunkCoord& cc) {
   if (p.cu_seqlens == nullptr) {
     if (p.NT_b == 0) return false;
-    cc.n = slot / p.NT_b;
-    cc.c = slot - cc.n * p.NT_b;
+    // 32-bit: slot and NT_b are below the prep grid's 2^31 CTAs (launch.cu's can_implement), and
+    // a 64-bit division is a subroutine of ~70 instructions in every prep CTA.
+    const uint32_t nt = static_cast<uint32_t>(p.NT_b), s = static_cast<uint32_t>(slot);
+    cc.n = s / nt;
+    cc.c = s - static_cast<uint32_t>(cc.n) * nt;
     if (cc.n >= p.B) return false;
   } else {
     if (slot >= p.chunk_offsets[p.N]) return false;

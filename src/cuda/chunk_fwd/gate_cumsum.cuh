@@ -7,9 +7,10 @@
 //   sQ[i] = q_i * rstd(q_i), sK[i] = k_i * rstd(k_i)   rstd = rsqrt(sum x^2 + 1e-6) with l2norm,
 //                                                       else 1
 //   sG[i] = g_i (pre-gated) | -exp(A_log) softplus(g_i + dt_bias) | L sigmoid(a (g_i + dt_bias))
-//           (softplus: accurate expf / log1pf; lower bound: sigmoid_fast, math.cuh)
+//           (softplus: accurate expf / log1pf; lower bound: inv_one_plus_exp2_fast, math.cuh),
+//           times log2(e): the cumsum's units
 //   sBeta[i] = beta_i | s sigmoid(beta_i), s = 2 with allow_neg_eigval
-//   then sG[i] <- log2(e) * sum_{r <= i} g_r   (G: chunk-local inclusive cumsum, log2 units)
+//   then sG[i] <- sum_{r <= i} sG[r]   (G: chunk-local inclusive cumsum, log2 units)
 // The cumsum is exactly monotone: with every g <= 0, G_i <= G_j for i >= j in f32 (each partial
 // sum adds a non-positive term), so every exp2 argument of the later stages is <= 0.
 //
@@ -36,26 +37,36 @@
 
 namespace openkda::cuda::chunk_forward {
 
-// Per-token log-decay (natural log) of the lane's kRows x kPer gate values x (in place), for one
-// gate mode fixed at compile time (load_chunk_inputs switches once per CTA, not per element):
-//   kSoftplus    -a softplus(x + dt_bias)        (CUDA's accurate expf / log1pf: any raw gate)
-//   kLowerBound  L sigmoid(a (x + dt_bias))      (sigmoid_fast: the safe gate's hot path)
+// Per-token log-decay in log2 units (the cumsum's) of the lane's kRows x kPer gate values x (in
+// place), for one gate mode fixed at compile time (load_chunk_inputs switches once per CTA, not
+// per element):
+//   kPre         log2(e) x
+//   kSoftplus    -log2(e) a softplus(x + dt_bias)        (CUDA's accurate expf / log1pf: any
+//                                                         raw gate)
+//   kLowerBound  log2(e) L sigmoid(a (x + dt_bias))      (the safe gate's hot path:
+//                = log2(e) L / (1 + 2^(c x + c dt_bias)), c = -log2(e) a: one FFMA, two MUFU,
+//                an FADD and an FMUL per element)
 // `a` is the head factor exp(A_log) (1 without A_log).
 template <GateMode kMode, int kRows, int kPer>
-__device__ __forceinline__ void gate_activation_rows(float lower_bound, float a,
-                                                     const float (&bias)[kPer],
-                                                     float (&x)[kRows][kPer]) {
+__device__ __forceinline__ void gate_log2_rows(float lower_bound, float a,
+                                               const float (&bias)[kPer], float (&x)[kRows][kPer]) {
+  if constexpr (kMode == GateMode::kLowerBound) {
+    const float c = -kLog2e * a, l = kLog2e * lower_bound;
+    float cb[kPer];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
+    for (int e = 0; e < kPer; ++e) cb[e] = c * bias[e];
 #pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const float y = x[r][e] + bias[e];
-      if constexpr (kMode == GateMode::kSoftplus) {
-        x[r][e] = -a * softplus_f32(y);
-      } else {
-        x[r][e] = lower_bound * sigmoid_fast(a * y);
-      }
-    }
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) x[r][e] = l * inv_one_plus_exp2_fast(fmaf(c, x[r][e], cb[e]));
+  } else {
+    const float s = kMode == GateMode::kSoftplus ? -kLog2e * a : kLog2e;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int e = 0; e < kPer; ++e)
+        x[r][e] = kMode == GateMode::kSoftplus ? s * softplus_f32(x[r][e] + bias[e]) : s * x[r][e];
+  }
 }
 
 // kPer (2 or 4) consecutive floats as one 8- or 16-byte shared store (conflict-free per warp).
@@ -71,9 +82,10 @@ __device__ __forceinline__ void store_run_smem(float* dst, const float (&x)[kPer
 
 // kRows runs of kPer elements (at element offsets off[r]) of one run-time dtype, converted to f32.
 // The dtype switch sits outside the row loop so that every load of the batch is issued before the
-// first conversion waits on one (one memory round trip per batch instead of one per row).
-template <typename T, int kRows, int kPer>
-__device__ __forceinline__ void load_runs_as(const void* base, const int64_t (&off)[kRows],
+// first conversion waits on one (one memory round trip per batch instead of one per row). Off:
+// int64_t for global memory, int for shared memory (the input boxes: 32-bit address arithmetic).
+template <typename T, int kRows, int kPer, typename Off>
+__device__ __forceinline__ void load_runs_as(const void* base, const Off (&off)[kRows],
                                              float (&out)[kRows][kPer]) {
   Pack<T, kPer> pk[kRows];
 #pragma unroll
@@ -84,9 +96,9 @@ __device__ __forceinline__ void load_runs_as(const void* base, const int64_t (&o
     for (int e = 0; e < kPer; ++e) out[r][e] = to_f32(pk[r].v[e]);
 }
 
-template <int kRows, int kPer>
-__device__ __forceinline__ void load_runs(const void* base, DType dtype,
-                                          const int64_t (&off)[kRows], float (&out)[kRows][kPer]) {
+template <int kRows, int kPer, typename Off>
+__device__ __forceinline__ void load_runs(const void* base, DType dtype, const Off (&off)[kRows],
+                                          float (&out)[kRows][kPer]) {
   switch (dtype) {
     case DType::kBF16: load_runs_as<__nv_bfloat16, kRows, kPer>(base, off, out); break;
     case DType::kF16: load_runs_as<__half, kRows, kPer>(base, off, out); break;
@@ -96,10 +108,9 @@ __device__ __forceinline__ void load_runs(const void* base, DType dtype,
 }
 
 // The same for two tensors of one dtype at the same offsets (q and k): one batch of 2 kRows loads.
-template <typename T, int kRows, int kPer>
+template <typename T, int kRows, int kPer, typename Off>
 __device__ __forceinline__ void load_runs2_as(const void* base_a, const void* base_b,
-                                              const int64_t (&off)[kRows],
-                                              float (&out_a)[kRows][kPer],
+                                              const Off (&off)[kRows], float (&out_a)[kRows][kPer],
                                               float (&out_b)[kRows][kPer]) {
   Pack<T, kPer> pa[kRows], pb[kRows];
 #pragma unroll
@@ -116,9 +127,9 @@ __device__ __forceinline__ void load_runs2_as(const void* base_a, const void* ba
     }
 }
 
-template <int kRows, int kPer>
+template <int kRows, int kPer, typename Off>
 __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_b, DType dtype,
-                                           const int64_t (&off)[kRows], float (&out_a)[kRows][kPer],
+                                           const Off (&off)[kRows], float (&out_a)[kRows][kPer],
                                            float (&out_b)[kRows][kPer]) {
   switch (dtype) {
     case DType::kBF16:
@@ -130,29 +141,26 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
   }
 }
 
-// L2 prefetch of the chunk's g lines (unless g comes by a tensor-map box) and beta (rows < nv
-// only), issued before the q / k loads so that the later g and beta loads hit L2. One 128-byte line
-// per prefetch (K in {64, 128}: whole lines for every dtype). Thread (row i, j), kThreads / BT
-// threads per row, takes the row's lines j, j + kThreads / BT, ...; lane j = 0 of a row also takes
-// its beta.
+// L2 prefetch of the chunk's beta (thread i < nv: row i) and, unless g comes by a tensor-map box,
+// its g lines (rows < nv), issued before the q / k loads so that the later g and beta loads hit
+// L2. One 128-byte line per prefetch (K in {64, 128}: whole lines for every dtype). g: thread (row
+// i, j), kThreads / BT threads per row, takes the row's lines j, j + kThreads / BT, ...
 template <class Tr>
 __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                       int hv) {
   constexpr int kPerRow = Tr::kThreads / Tr::kBT;
   static_assert(Tr::kThreads % Tr::kBT == 0, "whole threads per row");
-  const int i = static_cast<int>(threadIdx.x) / kPerRow,
-            j = static_cast<int>(threadIdx.x) % kPerRow;
-  if (i >= cc.nv) return;
-  const int64_t tok_head = (cc.t0 + i) * p.HV + hv;
-  if (!inputs_by_tensor_map(p.qk_dtype, p.g_dtype)) {  // else g comes by a tensor-map box
-    const int row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
-    const char* row = static_cast<const char*>(p.g) + tok_head * row_bytes;
-    for (int l = j; l < row_bytes / 128; l += kPerRow) prefetch_l2(row + 128 * l);
-  }
-  if (j == 0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < cc.nv) {
     prefetch_l2(static_cast<const char*>(p.beta) +
-                tok_head * static_cast<int64_t>(dtype_size(p.beta_dtype)));
+                ((cc.t0 + tid) * p.HV + hv) * static_cast<int64_t>(dtype_size(p.beta_dtype)));
   }
+  if (inputs_by_tensor_map(p.qk_dtype, p.g_dtype)) return;  // g comes by a tensor-map box
+  const int i = tid / kPerRow, j = tid % kPerRow;
+  if (i >= cc.nv) return;
+  const int row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
+  const char* row = static_cast<const char*>(p.g) + ((cc.t0 + i) * p.HV + hv) * row_bytes;
+  for (int l = j; l < row_bytes / 128; l += kPerRow) prefetch_l2(row + 128 * l);
 }
 
 // The chunk's rows of q, k and g as dense boxes [kBT][kK] of their dtype at the start of sQ, sK
@@ -206,7 +214,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   const bool by_boxes = inputs_by_tensor_map(p.qk_dtype, p.g_dtype);
   float xq[kRows][kPer], xk[kRows][kPer], xg[kRows][kPer];
   if (by_boxes) {
-    int64_t box_off[kRows];  // element offsets in the boxes
+    int box_off[kRows];  // element offsets in the boxes
 #pragma unroll
     for (int r = 0; r < kRows; ++r) box_off[r] = (kRows * warp + r) * Tr::kK + d0;
     __syncthreads();  // the mbarrier's initialisation (thread 0) before any wait on it
@@ -259,9 +267,11 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     }
   }
   if (p.gate_mode == GateMode::kLowerBound) {
-    gate_activation_rows<GateMode::kLowerBound>(p.lower_bound, head_factor, bias, xg);
+    gate_log2_rows<GateMode::kLowerBound>(p.lower_bound, head_factor, bias, xg);
   } else if (p.gate_mode == GateMode::kSoftplus) {
-    gate_activation_rows<GateMode::kSoftplus>(p.lower_bound, head_factor, bias, xg);
+    gate_log2_rows<GateMode::kSoftplus>(p.lower_bound, head_factor, bias, xg);
+  } else {
+    gate_log2_rows<GateMode::kPre>(p.lower_bound, head_factor, bias, xg);
   }
   if (cc.nv < Tr::kBT) {  // a tail chunk (block-uniform branch: full chunks skip the selects)
 #pragma unroll
@@ -273,7 +283,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     }
   }
 
-  // G = log2(e) * inclusive cumsum over the rows: the warp's rows in registers, then the column
+  // G = inclusive cumsum over the rows (log2 units): the warp's rows in registers, then the column
   // totals of the warps above, added in order (the same additions that produced the last row of
   // the warp above, so G stays monotone across warp boundaries).
 #pragma unroll
@@ -299,7 +309,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-    for (int e = 0; e < kPer; ++e) xg[r][e] = (off[e] + xg[r][e]) * kLog2e;
+    for (int e = 0; e < kPer; ++e) xg[r][e] += off[e];
     store_run_smem<kPer>(sG + (kRows * warp + r) * Tr::kLdX + d0, xg[r]);
   }
   // beta last: its line was prefetched to L2 at the start, so this is a short round trip.

@@ -184,25 +184,32 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, const fl
 #pragma unroll
     for (int e = 0; e < 4; ++e) aqk[nh][e] = akk[nh][e] = 0.0f;
 
+  // The mma's k index t takes column c and t + 4 column c + 1 (a product that sums over the
+  // columns is the same under any one-to-one map of them to k slots, up to the order of the
+  // tensor core's additions): each operand pair is one 8-byte load, and the quad's offsets
+  // 2 (t % 2) + 16 (t / 2) keep the 16 lanes of each half-warp on 32 distinct banks (rows g,
+  // kLdX = 4 mod 32: banks 4 g + {0 .. 3, 16 .. 19} + 4 (kk % 4)). Before, two 4-byte loads.
+  const auto ld2 = [](const float* at) { return *reinterpret_cast<const float2*>(at); };
 #pragma unroll 4
   for (int kk = 0; kk < Tr::kK / 8; ++kk) {
-    const int c0 = 8 * kk + t, c1 = c0 + 4;
-    const float ga0 = sGa[c0], ga1 = sGa[c1];
-    // A operands in mma order (r0, c0), (r1, c0), (r0, c1), (r1, c1); one factor for q and k.
-    const int at[4] = {r0 * kLd + c0, r1 * kLd + c0, r0 * kLd + c1, r1 * kLd + c1};
-    const float ga[4] = {ga0, ga0, ga1, ga1};
-    uint32_t aq[4], ak[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float f = exp2_operand(sG[at[e]] - ga[e]);
-      aq[e] = to_tf32(sQ[at[e]] * f);
-      ak[e] = to_tf32(sK[at[e]] * f);
-    }
+    const int c = 32 * (kk / 4) + 4 * (kk % 4) + 2 * (t % 2) + 16 * (t / 2);
+    const float2 ga = ld2(sGa + c);
+    const float2 q0 = ld2(sQ + r0 * kLd + c), q1 = ld2(sQ + r1 * kLd + c);
+    const float2 k0 = ld2(sK + r0 * kLd + c), k1 = ld2(sK + r1 * kLd + c);
+    const float2 g0 = ld2(sG + r0 * kLd + c), g1 = ld2(sG + r1 * kLd + c);
+    // A operands in mma order (r0, c), (r1, c), (r0, c + 1), (r1, c + 1); one factor for q and k.
+    const float f[4] = {exp2_operand(g0.x - ga.x), exp2_operand(g1.x - ga.x),
+                        exp2_operand(g0.y - ga.y), exp2_operand(g1.y - ga.y)};
+    const uint32_t aq[4] = {to_tf32(q0.x * f[0]), to_tf32(q1.x * f[1]), to_tf32(q0.y * f[2]),
+                            to_tf32(q1.y * f[3])};
+    const uint32_t ak[4] = {to_tf32(k0.x * f[0]), to_tf32(k1.x * f[1]), to_tf32(k0.y * f[2]),
+                            to_tf32(k1.y * f[3])};
 #pragma unroll
     for (int nh = 0; nh < 2; ++nh) {
       const int j = nh ? j1 : j0;
-      const uint32_t b0 = to_tf32(sK[j * kLd + c0] * exp2_operand(ga0 - sG[j * kLd + c0]));
-      const uint32_t b1 = to_tf32(sK[j * kLd + c1] * exp2_operand(ga1 - sG[j * kLd + c1]));
+      const float2 kj = ld2(sK + j * kLd + c), gj = ld2(sG + j * kLd + c);
+      const uint32_t b0 = to_tf32(kj.x * exp2_operand(ga.x - gj.x));
+      const uint32_t b1 = to_tf32(kj.y * exp2_operand(ga.y - gj.y));
       mma_tf32(aqk[nh], aq, b0, b1);
       mma_tf32(akk[nh], ak, b0, b1);
     }

@@ -11,7 +11,7 @@
 //   qg_i  = scale * q_i * exp2(G_i)              -> workspace qg   (scale folded in here)
 //   ke_i  = k_i * exp2(G_i)                      -> workspace ke
 //     with f16 keys: qg_i, ke_i times exp2(-A_i), A_i = floor(max_d G_id) (the row's anchor,
-//     clamped at -200), and exp2(A_i) -> workspace ka (pair order; the scan multiplies back)
+//     clamped to [-126, 0]), and exp2(A_i) -> workspace ka (pair order; the scan multiplies back)
 //   kg_i  = k_i * exp2(G_last - G_i)             -> workspace kg^T (G_last: row nv - 1; stored
 //                                                   transposed per chunk slot, params.h; with f16
 //                                                   keys kg itself, f16 in ke's image)
@@ -94,8 +94,11 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
       // multiples of the rows a warp holds). ke and qg are stored times exp2(G - A) (each row's
       // largest factor in [1, 2), however far the chunk has decayed: f16's exponent range ends at
       // 2^-24), and the scan multiplies the products' columns by exp2(A) (ka, pair order),
-      // exactly: a power of two. The clamp keeps A finite for rows whose G is -inf or NaN
-      // everywhere (their factors are 0 or NaN either way).
+      // exactly: a power of two, a normal f32 built from its exponent bits (A in [-126, 0]:
+      // ldexpf's general path cost ~30 instructions per row). The clamp keeps A finite for rows
+      // whose G is -inf or NaN everywhere (their factors are 0 or NaN either way); a row whose
+      // every G is below -126 keeps only terms the decay made negligible (below 2^-126 of the
+      // chunk's undecayed ones), at f16's subnormal precision.
       float gv[8];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -113,8 +116,9 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
 #pragma unroll
       for (unsigned lanes = 8; lanes < Tr::kK / 4; lanes *= 2)
         a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, lanes));
-      a = fmaxf(floorf(a), -200.0f);
-      if (c8 == 0) p.ka[tile * Tr::kBT + pair_row(i)] = ldexpf(1.0f, static_cast<int>(a));
+      a = fminf(fmaxf(floorf(a), -126.0f), 0.0f);
+      if (c8 == 0)
+        p.ka[tile * Tr::kBT + pair_row(i)] = __int_as_float((static_cast<int>(a) + 127) << 23);
       // kg = k exp2(G_last - G) <= |k| needs no anchor (underflow only where the decay has made
       // the term negligible against the row's later ones).
       float qv[8], kv[8], kgv[8];

@@ -9,9 +9,10 @@
 //                        flushed to 0): only for factors that are rounded to a tensor-core
 //                        operand type (tf32: 2^-11) right after, where it changes nothing
 //                        measurable and costs one MUFU instead of exp2f's range handling.
-//   sigmoid_fast         ex2.approx.ftz and rcp.approx.ftz (relative error below 2^-21, as
-//                        FLA's Triton sigmoid): only for the chunk prep's per-element lower-bound
-//                        gate, whose log-decays then enter tf32 products (2^-11).
+//   inv_one_plus_exp2_fast  1 / (1 + 2^z) by ex2.approx.ftz and rcp.approx.ftz (relative
+//                        error below 2^-21, as FLA's Triton sigmoid): sigmoid(x) at
+//                        z = -x log2(e), only for the chunk prep's per-element lower-bound gate,
+//                        whose log-decays then enter tf32 products (2^-11).
 // Storage types are f16 (__half), bf16 (__nv_bfloat16), f32 and f64; arithmetic is f32, as in
 // FLA's Triton kernels, and every store rounds to nearest even.
 #pragma once
@@ -117,11 +118,11 @@ __device__ __forceinline__ float sigmoid_f32(float x) {
   return __frcp_rn(1.0f + exp_f32(-x));
 }
 
-// 1 / (1 + 2^(-x log2 e)): x -> -inf gives 2^+inf = inf and rcp(inf) = 0 (never NaN); NaN stays
-// NaN.
-__device__ __forceinline__ float sigmoid_fast(float x) {
+// 1 / (1 + 2^z), sigmoid(-z ln 2): the caller folds the multiply by -log2(e) into its own
+// arithmetic. z -> +inf gives rcp(inf) = 0 (never NaN); NaN stays NaN.
+__device__ __forceinline__ float inv_one_plus_exp2_fast(float z) {
   float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + exp2_operand(-kLog2e * x)));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + exp2_operand(z)));
   return r;
 }
 
