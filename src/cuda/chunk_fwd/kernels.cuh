@@ -35,9 +35,9 @@
 // qg / kg / A_qk tiles and row-scaled f16 copies of S^T and v_new^T (10 mantissa bits, rounded
 // to nearest; state.cuh's range guard); exp2 factors
 // that become tensor-core operands use ex2.approx (exp2_operand), the lower-bound gate
-// inv_one_plus_exp2_fast, everything else CUDA's accurate f32 functions; the state update scales S by gamma
-// in f32 and accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's dtypes;
-// the final state is f32.
+// inv_one_plus_exp2_fast, everything else CUDA's accurate f32 functions; the state update scales S
+// by gamma in f32 and accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's
+// dtypes; the final state is f32.
 #pragma once
 
 #include <cuda_runtime.h>
