@@ -207,7 +207,7 @@ def run(args) -> tuple:
     import openkda
 
     if args.quick:
-        args.warmup, args.repeat = 1, 5
+        args.warmup, args.repeat = 3, 11
     fla_fn, fla_version = (None, None) if args.no_fla else load_fla()
     t_start = time.perf_counter()
     bandwidth = copy_bandwidth(args.warmup, args.repeat)
@@ -321,7 +321,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--quick", action="store_true",
-                        help="1 warm-up call and 5 timed calls per implementation and case")
+                        help="3 warm-up calls and 11 timed calls per implementation and case")
     parser.add_argument("--no-kernels", action="store_true",
                         help="skip the per-kernel split (one torch.profiler call per case)")
     parser.add_argument("--cases", nargs="*", default=None,
