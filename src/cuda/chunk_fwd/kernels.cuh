@@ -33,7 +33,7 @@
 // S^T operand of X^T and O^T, which the tensor core truncates: state.cuh), or, with f16 keys
 // (params.h: f16_keys_apply), X^T, O^T, the O^T update and the state update f16 wgmma on f16 ke /
 // qg / kg / A_qk tiles and row-scaled f16 copies of S^T and v_new^T (10 mantissa bits, rounded
-// to nearest; state.cuh's range guard); exp2 factors
+// to nearest; f16_operands.cuh's range guard); exp2 factors
 // that become tensor-core operands use ex2.approx (exp2_operand), the lower-bound gate
 // inv_one_plus_exp2_fast, everything else CUDA's accurate f32 functions; the state update scales S
 // by gamma in f32 and accumulates v_new^T kg in the wgmma. Outputs are rounded once, to o's and h's
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   __syncthreads();  // the initialised barriers, before any thread issues or waits
 
   // With f16 keys: the power-of-two factors of this thread's two rows of S^T in its f16 operand
-  // copy (state.cuh: update_f16_row_factors), from the entering state's row maxima.
+  // copy (f16_operands.cuh: update_f16_row_factors), from the entering state's row maxima.
   // The scan then holds inv S^T: its rows times their factors (exact), so that the f16 operands
   // of X^T, O^T and the state update need no multiply; the stores take the rows back by fwd.
   F16RowFactors rf;

@@ -71,11 +71,11 @@ OPENKDA_HOST_DEVICE constexpr bool v_by_tensor_map(DType v_dtype) {
 }
 
 // Whether ke, qg, kg and A_qk are f16 tiles and the scan's X^T / O^T products, its O^T update and
-// its state update f16 wgmma, with S^T held row-scaled (state.cuh: update_f16_row_factors). It
-// needs the in-kernel l2norm (|k|, |q| <= 1, so |ke| <= 1, |qg| <= |scale| and |A_qk| <= |scale|;
-// the range guard's bound takes |kg| <= 1), an in-kernel gate that is never positive (softplus, or
-// the lower-bound sigmoid with lower_bound <= 0: every decay factor at most 1), and |scale| well
-// inside f16's range; otherwise the tiles are tf32 and the products tf32 wgmma.
+// its state update f16 wgmma, with S^T held row-scaled (f16_operands.cuh: update_f16_row_factors).
+// It needs the in-kernel l2norm (|k|, |q| <= 1, so |ke| <= 1, |qg| <= |scale| and |A_qk| <=
+// |scale|; the range guard's bound takes |kg| <= 1), an in-kernel gate that is never positive
+// (softplus, or the lower-bound sigmoid with lower_bound <= 0: every decay factor at most 1), and
+// |scale| well inside f16's range; otherwise the tiles are tf32 and the products tf32 wgmma.
 OPENKDA_HOST_DEVICE constexpr bool f16_keys_apply(bool l2norm, GateMode gate_mode,
                                                   float lower_bound, float scale) {
   const bool gate_at_most_0 = gate_mode == GateMode::kSoftplus ||
