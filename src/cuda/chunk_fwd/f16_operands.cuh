@@ -63,7 +63,8 @@ __device__ __forceinline__ void update_f16_row_factors(float bound0, float bound
   }
 }
 
-// This thread's parts of the row maxima of |S^T| (rows g and g + 8).
+// This thread's parts of the row maxima of |s|, an accumulator block (S^T or v_new^T; rows g and
+// g + 8).
 template <int kNK>
 __device__ __forceinline__ void row_abs_max(const float (&s)[kNK][4], float (&m)[2]) {
   m[0] = m[1] = 0.0f;

@@ -58,7 +58,7 @@ struct Dims {
   bool h = false;              // h snapshots requested
   bool v_map = false;          // the scan reads v by tensor-map boxes (params.h)
   bool inputs_by_tma = false;  // the prep reads q, k and g by tensor-map boxes (params.h)
-  bool f16_keys = false;       // ke and qg are f16 tiles (params.h: f16_keys_apply)
+  bool f16_keys = false;       // ke, qg, kg and A_qk are f16 tiles (params.h: f16_keys_apply)
 };
 
 GateMode gate_mode_of(const ChunkFwdArgs& a) {

@@ -356,12 +356,8 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
     // m_v: this thread's parts of the rows' max |v_new|. gamma <= 1 and |kg| <= 1
     // (f16_keys_apply), so the updated state's row is at most (the row's bound of m_s) + BT (the
     // row's maximum of m_v): the invariant of update_f16_row_factors holds again.
-    float m_v[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nn = 0; nn < kNJ; ++nn) {
-      m_v[0] = fmaxf(m_v[0], fmaxf(fabsf(vn[nn][0]), fabsf(vn[nn][1])));
-      m_v[1] = fmaxf(m_v[1], fmaxf(fabsf(vn[nn][2]), fabsf(vn[nn][3])));
-    }
+    float m_v[2];
+    row_abs_max(vn, m_v);
     inv_old[0] = rf.inv[0];
     inv_old[1] = rf.inv[1];
     fits = m_v[0] * inv_old[0] <= 65504.0f && m_v[1] * inv_old[1] <= 65504.0f;  // false if inf

@@ -143,4 +143,14 @@ __device__ __forceinline__ void wgmma_f16_mn(float* d, const uint32_t (&a)[4], u
 OPENKDA_WGMMA_SPECIALISATION(wgmma_f16_mn, 128, "m64n128k16.f32.f16.f16", 64, ", 1, 1, 1, 1")
 OPENKDA_WGMMA_SPECIALISATION(wgmma_f16_mn, 64, "m64n64k16.f32.f16.f16", 32, ", 1, 1, 1, 1")
 
+// The helper macros stay local to this header.
+#undef OPENKDA_WGMMA_SPECIALISATION
+#undef OPENKDA_WGMMA_A_DESC
+#undef OPENKDA_WGMMA_D64_OUT
+#undef OPENKDA_WGMMA_D32_OUT
+#undef OPENKDA_WGMMA_D16_OUT
+#undef OPENKDA_WGMMA_D16_NAMES
+#undef OPENKDA_WGMMA_D32_NAMES
+#undef OPENKDA_WGMMA_D64_NAMES
+
 }  // namespace openkda::cuda::chunk_forward
