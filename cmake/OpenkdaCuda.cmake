@@ -41,10 +41,12 @@ foreach(K 64 128)
                           "OPENKDA_INSTANTIATE_RECURRENT_STREAM(${K}, ${V}, ${VF})")
     endforeach()
   endforeach()
-  # chunk_kda forward: prep kernel per K (it never reads v), at the kernels' chunk length
-  # (launch.cu: kKernelChunk = 32)
-  openkda_instantiate(chunk_fwd_prep_k${K}_bt32 cuda/chunk_fwd/kernels.cuh
-                      "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, 32)")
+  # chunk_kda forward: prep kernel per K (it never reads v) and path (traits.h: PrepPath), at the
+  # kernels' chunk length (launch.cu: kKernelChunk = 32)
+  foreach(PREP_PATH kGeneric kSafeBF16 kSafeF16)
+    openkda_instantiate(chunk_fwd_prep_k${K}_bt32_${PREP_PATH} cuda/chunk_fwd/kernels.cuh
+                        "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, 32, ${PREP_PATH})")
+  endforeach()
 endforeach()
 # chunk_kda forward: the scan launchers (each with its 4- and 8-warp kernels) and the varlen
 # chunk-index kernel stay together in one unit, the one exception. NOTE: split one launcher per

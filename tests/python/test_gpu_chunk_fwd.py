@@ -404,6 +404,52 @@ def _uses_time_split(case: Case, inputs: dict) -> bool:
     return any("openkda_fwd_segment_combine_kernel" in n for n in names)
 
 
+# ---- the prep's compiled paths (traits.h: PrepPath; params.h: prep_path_of) ----------------------
+# (case, g in f32, the path the launcher must pick). Each safe path at both head dims, dense and
+# varlen, and three configurations one condition away from it, which must take the generic kernel.
+PREP_PATHS = [
+    (_case(T=200, K=64, V=64, gate="lb", safe_gate=True, l2norm=True, beta="sigmoid"), False,
+     "kSafeBF16"),
+    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+           cu_seqlens=(0, 37, 37, 200)), False, "kSafeBF16"),
+    (_case(T=200, H=1, HV=2, K=128, V=64, dtype="f16", gate="lb", l2norm=True), False,
+     "kSafeF16"),
+    (_case(T=200, K=64, V=128, dtype="f16", gate="lb_noA", l2norm=True,
+           cu_seqlens=(0, 1, 70, 200)), False, "kSafeF16"),
+    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True, l2norm=True), True, "kGeneric"),
+    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True), False, "kGeneric"),
+    (_case(T=200, K=128, V=128, gate="softplus", l2norm=True), False, "kGeneric"),
+]
+_PREP_PATH_NAMES = ("kGeneric", "kSafeBF16", "kSafeF16")
+
+
+def _prep_path(names: set) -> str:
+    """The PrepPath argument of the one prep kernel among the profiled kernel names."""
+    import re
+    found = set()
+    for name in names:
+        m = re.search(r"openkda_fwd_prep_kernel<\s*\d+,\s*\d+,\s*([^>]*)>", name)
+        if m is None:
+            continue
+        arg = m.group(1).strip()  # "(openkda::...::PrepPath)1" or "...::PrepPath::kSafeBF16"
+        for index, path in enumerate(_PREP_PATH_NAMES):
+            if arg.endswith(path) or re.fullmatch(rf"(\(.*PrepPath\))?{index}", arg):
+                found.add(path)
+    assert len(found) == 1, f"prep kernels seen: {sorted(names)}"
+    return found.pop()
+
+
+@pytest.mark.parametrize("case,g_f32,path", [
+    pytest.param(c, g, p, id=f"{c.id}-g_f32" if g else c.id) for c, g, p in PREP_PATHS])
+def test_prep_paths(case, g_f32, path):
+    inputs = _cuda_inputs(case)
+    if g_f32:
+        inputs["g"] = inputs["g"].float()  # the same values (bf16-rounded), another dtype
+    args, kw = chunk_call(inputs, case)
+    assert _prep_path(_kernel_names(lambda: openkda.chunk_kda(*args, **kw))) == path
+    _check_case(case, want_h=True, inputs=inputs)
+
+
 @pytest.mark.parametrize("case", params(SPLIT_CASES))
 def test_time_split(case):
     inputs = _cuda_inputs(case)

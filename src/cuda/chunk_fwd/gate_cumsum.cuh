@@ -155,7 +155,7 @@ __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, c
     prefetch_l2(static_cast<const char*>(p.beta) +
                 ((cc.t0 + tid) * p.HV + hv) * static_cast<int64_t>(dtype_size(p.beta_dtype)));
   }
-  if (inputs_by_tensor_map(p.qk_dtype, p.g_dtype)) return;  // g comes by a tensor-map box
+  if (prep_inputs_by_tensor_map<Tr>(p)) return;  // g comes by a tensor-map box
   const int i = tid / kPerRow, j = tid % kPerRow;
   if (i >= cc.nv) return;
   const int row_bytes = Tr::kK * static_cast<int>(dtype_size(p.g_dtype));
@@ -206,12 +206,12 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   float head_factor = 1.0f;
 #pragma unroll
   for (int e = 0; e < kPer; ++e) bias[e] = 0.0f;
-  if (p.gate_mode != GateMode::kPre) {
+  if (prep_gate_mode<Tr>(p) != GateMode::kPre) {
     if (p.dt_bias) load_scalars(p.dt_bias, p.dt_bias_dtype, int64_t{hv} * Tr::kK + d0, bias);
     if (p.A_log) head_factor = exp_f32(load_f32(p.A_log, p.A_log_dtype, hv));
   }
 
-  const bool by_boxes = inputs_by_tensor_map(p.qk_dtype, p.g_dtype);
+  const bool by_boxes = prep_inputs_by_tensor_map<Tr>(p);
   float xq[kRows][kPer], xk[kRows][kPer], xg[kRows][kPer];
   if (by_boxes) {
     int box_off[kRows];  // element offsets in the boxes
@@ -219,8 +219,16 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     for (int r = 0; r < kRows; ++r) box_off[r] = (kRows * warp + r) * Tr::kK + d0;
     __syncthreads();  // the mbarrier's initialisation (thread 0) before any wait on it
     mbarrier_wait(bar, 0);
-    load_runs2<kRows, kPer>(sQ, sK, p.qk_dtype, box_off, xq, xk);
-    load_runs<kRows, kPer>(sG, p.g_dtype, box_off, xg);
+    if constexpr (Tr::kPath == PrepPath::kSafeBF16) {
+      load_runs2_as<__nv_bfloat16, kRows, kPer>(sQ, sK, box_off, xq, xk);
+      load_runs_as<__nv_bfloat16, kRows, kPer>(sG, box_off, xg);
+    } else if constexpr (Tr::kPath == PrepPath::kSafeF16) {
+      load_runs2_as<__half, kRows, kPer>(sQ, sK, box_off, xq, xk);
+      load_runs_as<__half, kRows, kPer>(sG, box_off, xg);
+    } else {
+      load_runs2<kRows, kPer>(sQ, sK, p.qk_dtype, box_off, xq, xk);
+      load_runs<kRows, kPer>(sG, p.g_dtype, box_off, xg);
+    }
   } else {
     const int h = hv / p.group;
     int64_t qk_off[kRows], g_off[kRows];
@@ -240,7 +248,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
   // sums of squares (q rows, then k rows) are reduced together (warp_transpose_sums: 9 shuffles
   // for 8 sums instead of 40), each lane takes the rstd of the sum it holds, and every lane then
   // fetches the 2 kRows factors of its rows from the lanes that hold them.
-  if (p.l2norm) {
+  if (prep_l2norm<Tr>(p)) {
     constexpr int kSums = 2 * kRows;
     constexpr int kLanesPerSum = 32 / kSums;
     float ss[kSums];
@@ -266,9 +274,9 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
       }
     }
   }
-  if (p.gate_mode == GateMode::kLowerBound) {
+  if (prep_gate_mode<Tr>(p) == GateMode::kLowerBound) {
     gate_log2_rows<GateMode::kLowerBound>(p.lower_bound, head_factor, bias, xg);
-  } else if (p.gate_mode == GateMode::kSoftplus) {
+  } else if (prep_gate_mode<Tr>(p) == GateMode::kSoftplus) {
     gate_log2_rows<GateMode::kSoftplus>(p.lower_bound, head_factor, bias, xg);
   } else {
     gate_log2_rows<GateMode::kPre>(p.lower_bound, head_factor, bias, xg);

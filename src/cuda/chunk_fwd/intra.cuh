@@ -54,7 +54,7 @@ template <class Tr>
 __device__ __forceinline__ void store_aqk(const ChunkFwdParams& p, float* gAqk, unsigned i,
                                           unsigned j, float a) {
   char* base = reinterpret_cast<char*>(gAqk);
-  if (p.f16_keys) {
+  if (prep_f16_keys<Tr>(p)) {
     *reinterpret_cast<__half*>(base + half_pair_image_offset<Tr::kBT>(i, j)) = __float2half_rn(a);
   } else {
     *reinterpret_cast<float*>(base + pair_image_offset<Tr::kBT>(i, j)) = tf32_operand(a);
@@ -70,7 +70,7 @@ template <class Tr>
 __device__ __forceinline__ void store_aqk_pair(const ChunkFwdParams& p, float* gAqk, unsigned i,
                                                unsigned j, float a0, float a1) {
   char* base = reinterpret_cast<char*>(gAqk);
-  if (p.f16_keys) {
+  if (prep_f16_keys<Tr>(p)) {
     const bool lo = (j % 8) < 4;
     const float other = __shfl_xor_sync(0xffffffffu, lo ? a1 : a0, 2);
     *reinterpret_cast<uint32_t*>(base + half_pair_image_offset<Tr::kBT>(i, f16_pair_first(j))) =
@@ -130,7 +130,7 @@ __device__ __forceinline__ void intra_exact_diag(const ChunkFwdParams& p, const 
 // diagonal ones unless exact_diag.
 template <class Tr>
 __device__ __forceinline__ int intra_pairs(const ChunkFwdParams& p) {
-  return Tr::kNB * (Tr::kNB - 1) / 2 + (p.exact_diag ? 0 : Tr::kNB);
+  return Tr::kNB * (Tr::kNB - 1) / 2 + (prep_exact_diag<Tr>(p) ? 0 : Tr::kNB);
 }
 
 // The zeros above the diagonal blocks (sA, and gAqk: the scan reads the whole tile), by `threads`
@@ -146,7 +146,7 @@ __device__ __forceinline__ void intra_zero_upper(const ChunkFwdParams& p, float*
     const unsigned i = idx / kRowF4, j = 4 * (idx % kRowF4);
     if (j < kSubChunk * (i / kSubChunk + 1)) continue;  // on or below the diagonal block
     *reinterpret_cast<float4*>(sA + i * Tr::kLdA + j) = zero;
-    if (p.f16_keys) {
+    if (prep_f16_keys<Tr>(p)) {
       if (j % 8 == 0)
         *reinterpret_cast<float4*>(image + half_pair_image_offset<Tr::kBT>(i, j)) = zero;
     } else {
@@ -167,7 +167,7 @@ __device__ __forceinline__ void intra_products(const ChunkFwdParams& p, const fl
                                                float* sA, float* gAqk) {
   constexpr int kLd = Tr::kLdX;
   const int warp = threadIdx.x / 32;
-  const int diag = p.exact_diag ? 0 : 1;  // 1: the diagonal block is a pair too
+  const int diag = prep_exact_diag<Tr>(p) ? 0 : 1;  // 1: the diagonal block is a pair too
   int rb = 0, cb = warp;
   while (cb >= rb + diag) {
     cb -= rb + diag;

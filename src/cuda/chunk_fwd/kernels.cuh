@@ -9,7 +9,8 @@
 //   openkda_fwd_prep_kernel         stages 1-3 per (chunk, value head): l2norm, gate, beta,
 //                                   G cumsum, A_qk, A_kk, Tinv, Tinv', ke, qg, kg^T, gamma
 //                                   (and an f32 copy of an f32 / f64 v) -> workspace;
-//                                   varlen: o = 0 on the padding rows
+//                                   varlen: o = 0 on the padding rows; three compiled
+//                                   paths (traits.h: PrepPath)
 //                                                                  grid (slots * HV), hv fastest
 //   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, segment, V slice): h
 //                                   snapshots, v_new = Tinv' (v - ke S), o, state update,
@@ -69,10 +70,11 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 //   intra + inverse                 sA = A_kk, then (warp 0) sA <- Tinv (diagonal blocks, then
 //                                   sScr = P_rc); qg, ke, kg, gamma -> workspace (free warps)
 //   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace
-template <int kK, int kBT>
-__global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, kBT>::kMinBlocks)
+template <int kK, int kBT, PrepPath kPath>
+__global__ void __launch_bounds__(PrepTraits<kK, kBT, kPath>::kThreads,
+                                  PrepTraits<kK, kBT, kPath>::kMinBlocks)
     openkda_fwd_prep_kernel(const __grid_constant__ ChunkFwdParams p) {
-  using Tr = PrepTraits<kK, kBT>;
+  using Tr = PrepTraits<kK, kBT, kPath>;
   extern __shared__ float4 smem_f4[];
   // The input boxes need 128-byte aligned destinations (kSmemBytes has the slack); an offset from
   // smem_f4, so that the compiler still knows these are shared-memory pointers.
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   // Stage 1: inputs, activations, G (q, k and g by tensor-map boxes, issued first; else g and
   // beta rows prefetched to L2 first).
   const uint32_t bar = smem_address(smem + Tr::kOffBar);
-  if (inputs_by_tensor_map(p.qk_dtype, p.g_dtype) && threadIdx.x == 0)
+  if (prep_inputs_by_tensor_map<Tr>(p) && threadIdx.x == 0)
     issue_input_boxes<Tr>(p, cc, hv, sQ, sK, sG, bar);
   prefetch_chunk_inputs<Tr>(p, cc, hv);
   load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta, sA, bar);  // sA: the cumsum's totals
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT>::kThreads, PrepTraits<kK, 
   // only); meanwhile the other warps write the zero blocks and qg, ke, kg^T, gamma (q, k, G read
   // for the last time). exact_diag: every warp computes the diagonal blocks first, published by a
   // block barrier before warp 0 inverts them.
-  if (p.exact_diag) {
+  if (prep_exact_diag<Tr>(p)) {
     intra_exact_diag<Tr>(p, sQ, sK, sG, sBeta, sA, gAqk);
     __syncthreads();
   }
@@ -322,10 +324,10 @@ cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int kK, int kBT>
+template <int kK, int kBT, PrepPath kPath>
 cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
-  using Tr = PrepTraits<kK, kBT>;
-  const auto kernel = openkda_fwd_prep_kernel<kK, kBT>;
+  using Tr = PrepTraits<kK, kBT, kPath>;
+  const auto kernel = openkda_fwd_prep_kernel<kK, kBT, kPath>;
   const cudaError_t err = set_max_dynamic_smem_once<Tr>(kernel, static_cast<int>(Tr::kSmemBytes));
   if (err != cudaSuccess) return err;
   const int64_t ctas = p.slots * p.HV;  // blockIdx.x = slot * HV + hv
@@ -381,8 +383,9 @@ cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
 
 }  // namespace openkda::cuda::chunk_forward
 
-#define OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(K, BT)                        \
-  template cudaError_t openkda::cuda::chunk_forward::launch_prep<K, BT>( \
+#define OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(K, BT, PATH)                                           \
+  template cudaError_t                                                                            \
+  openkda::cuda::chunk_forward::launch_prep<K, BT, openkda::cuda::chunk_forward::PrepPath::PATH>( \
       const openkda::cuda::chunk_forward::ChunkFwdParams&, cudaStream_t)
 
 #define OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(K, BT)                        \

@@ -23,7 +23,7 @@ namespace chunk_forward {
 // Defined in kernels.cuh; explicitly instantiated by cmake/OpenkdaCuda.cmake.
 template <int kThreads>
 cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream);
-template <int kK, int kBT>
+template <int kK, int kBT, PrepPath kPath>
 cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream);
 template <int kK, int kBT>
 cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream);
@@ -311,11 +311,21 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
 }
 
 // The compiled variants: K in {64, 128} (the prep does not depend on V; the scan's V is a run-time
-// value), at the kernels' chunk length.
-LaunchFn prep_launcher(int64_t K) {
+// value), at the kernels' chunk length; the prep in three paths (traits.h: PrepPath).
+template <int kK>
+LaunchFn prep_launcher_k(chunk_forward::PrepPath path) {
   using chunk_forward::launch_prep;
+  using chunk_forward::PrepPath;
   constexpr int kBT = chunk_forward::kKernelChunk;
-  return K == 64 ? launch_prep<64, kBT> : launch_prep<128, kBT>;
+  switch (path) {
+    case PrepPath::kSafeBF16: return launch_prep<kK, kBT, PrepPath::kSafeBF16>;
+    case PrepPath::kSafeF16: return launch_prep<kK, kBT, PrepPath::kSafeF16>;
+    default: return launch_prep<kK, kBT, PrepPath::kGeneric>;
+  }
+}
+
+LaunchFn prep_launcher(int64_t K, chunk_forward::PrepPath path) {
+  return K == 64 ? prep_launcher_k<64>(path) : prep_launcher_k<128>(path);
 }
 
 LaunchFn scan_launcher(int64_t K) {
@@ -437,8 +447,8 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
                     "launch of openkda_fwd_chunk_index_kernel"));
   }
   if (p.slots > 0 && p.tokens > 0) {
-    OPENKDA_RETURN_IF_ERROR(
-        cuda_status(prep_launcher(d.K)(p, s), kOp, "launch of openkda_fwd_prep_kernel"));
+    OPENKDA_RETURN_IF_ERROR(cuda_status(prep_launcher(d.K, chunk_forward::prep_path_of(p))(p, s),
+                                        kOp, "launch of openkda_fwd_prep_kernel"));
   }
   OPENKDA_RETURN_IF_ERROR(
       cuda_status(scan_launcher(d.K)(p, s), kOp, "launch of openkda_fwd_scan_kernel"));

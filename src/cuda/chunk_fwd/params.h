@@ -51,6 +51,7 @@
 
 #include <cstdint>
 
+#include "cuda/chunk_fwd/traits.h"
 #include "openkda/tensor_ref.h"
 
 namespace openkda::cuda::chunk_forward {
@@ -175,5 +176,42 @@ struct ChunkFwdParams {
   float* seg_state = nullptr;  // nseg > 1: [N, HV, nseg, K, V + K] (Z_s | M_s) of every segment
   float* seg_init = nullptr;   // nseg > 1: [N, HV, nseg, K, V] the state entering segment s >= 1
 };
+
+// The prep's path for these parameters (traits.h: PrepPath), chosen once per call by the launcher:
+// a safe path exactly when the call is the configuration it fixes, else kGeneric.
+inline PrepPath prep_path_of(const ChunkFwdParams& p) {
+  const bool safe = p.gate_mode == GateMode::kLowerBound && p.f16_keys && !p.exact_diag &&
+                    p.l2norm && v_by_tensor_map(p.v_dtype) && p.g_dtype == p.qk_dtype;
+  if (!safe) return PrepPath::kGeneric;
+  if (p.qk_dtype == DType::kBF16) return PrepPath::kSafeBF16;
+  return p.qk_dtype == DType::kF16 ? PrepPath::kSafeF16 : PrepPath::kGeneric;
+}
+
+// The run-time options of the prep, as its stages read them: constants on a safe path (Tr:
+// PrepTraits; prep_path_of guarantees these values), p's fields on kGeneric.
+template <class Tr>
+OPENKDA_HOST_DEVICE inline bool prep_f16_keys(const ChunkFwdParams& p) {
+  return Tr::kSafePath || p.f16_keys;
+}
+template <class Tr>
+OPENKDA_HOST_DEVICE inline bool prep_exact_diag(const ChunkFwdParams& p) {
+  return !Tr::kSafePath && p.exact_diag;
+}
+template <class Tr>
+OPENKDA_HOST_DEVICE inline bool prep_l2norm(const ChunkFwdParams& p) {
+  return Tr::kSafePath || p.l2norm;
+}
+template <class Tr>
+OPENKDA_HOST_DEVICE inline GateMode prep_gate_mode(const ChunkFwdParams& p) {
+  return Tr::kSafePath ? GateMode::kLowerBound : p.gate_mode;
+}
+template <class Tr>
+OPENKDA_HOST_DEVICE inline bool prep_inputs_by_tensor_map(const ChunkFwdParams& p) {
+  return Tr::kSafePath || inputs_by_tensor_map(p.qk_dtype, p.g_dtype);
+}
+template <class Tr>
+OPENKDA_HOST_DEVICE inline bool prep_v_by_tensor_map(const ChunkFwdParams& p) {
+  return Tr::kSafePath || v_by_tensor_map(p.v_dtype);
+}
 
 }  // namespace openkda::cuda::chunk_forward

@@ -1,8 +1,9 @@
 // Compile-time configuration of the chunk_kda forward kernels: tiles, threads and the shared
 // memory plan of each kernel, with the bank-conflict and alignment constraints as static_asserts.
 //
-//   PrepTraits<K, BT>     openkda_fwd_prep_kernel: one CTA of 256 threads (BT = 32) per (chunk,
-//                         value head); it never reads v, so V is not a parameter
+//   PrepTraits<K, BT, P>  openkda_fwd_prep_kernel: one CTA of 256 threads (BT = 32) per (chunk,
+//                         value head); it never reads v, so V is not a parameter; P: its
+//                         compiled path (PrepPath below)
 //   ScanTraits<K, BT, T>  openkda_fwd_scan_kernel: one CTA of vs / 16 warps (vs / 64
 //                         warpgroups) per (sequence, value head, V slice); vs in {64, 128};
 //                         T: the transition pass of the time split (no output tiles)
@@ -23,10 +24,24 @@ namespace openkda::cuda::chunk_forward {
 constexpr int kSubChunk = 16;                // rows of the sub-chunk blocks of A_qk / A_kk
 constexpr int kMaxDynamicSmem = 227 * 1024;  // per block on H100 / H200
 
-template <int kK_, int kBT_>
+// The prep's compiled paths (one kernel each per K). kGeneric switches at run time on every
+// option the prep has: input dtypes, the gate mode, the key tiles' format, the diagonal blocks'
+// method, and an f32 / f64 v's copy. kSafeBF16 / kSafeF16 fix all of them for the safe-gate
+// serving configuration (params.h: prep_path_of): q, k and g of one 16-bit dtype (by tensor-map
+// boxes), a 16-bit v, the lower-bound gate with anchored diagonal blocks, and f16 key tiles. Their
+// kernels are half the generic one's size, and ran 6-8 % faster than it on the benchmark's five
+// cases (H200, twenty-seventh session; the prep is issue-bound, and the untaken paths' code and
+// switches cost instruction fetch and issue slots).
+enum class PrepPath : int { kGeneric = 0, kSafeBF16 = 1, kSafeF16 = 2 };
+
+template <int kK_, int kBT_, PrepPath kPath_ = PrepPath::kGeneric>
 struct PrepTraits {
   static constexpr int kK = kK_;    // q/k head dim
   static constexpr int kBT = kBT_;  // chunk size
+  static constexpr PrepPath kPath = kPath_;
+  static constexpr bool kSafePath = kPath != PrepPath::kGeneric;
+  // The 16-bit dtype of q, k and g on a safe path (unused by kGeneric).
+  static constexpr DType kInputDtype = kPath == PrepPath::kSafeF16 ? DType::kF16 : DType::kBF16;
   // NOTE: the prep's phases are short, serial and latency-bound, so what counts is how many
   // independent CTAs share a multiprocessor. At BT = 32 (launch.cu's kKernelChunk, the only length
   // instantiated) the plan is 56 KB at K = 128, so four CTAs of 8 warps fit in shared memory, at

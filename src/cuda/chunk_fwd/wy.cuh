@@ -66,7 +66,7 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
   static_assert(32 % kC4 == 0 && Tr::kBT == 32, "whole rows per warp; kg^T: one 32-row region");
   const unsigned utid = static_cast<unsigned>(tid), uthreads = static_cast<unsigned>(threads);
   const float* sGlast = sG + (cc.nv - 1) * kLd;
-  if (p.f16_keys) {
+  if (prep_f16_keys<Tr>(p)) {
     // f16 images (params.h: f16_keys_apply): thread (rows i0 + step r, one 16-byte chunk of 8
     // columns d, stored in the pair order of half_pair_image_offset), two float4 row reads per
     // tensor, one exp2 per element for both; the lanes of a warp take its 32 / kC8 rows by
@@ -167,7 +167,7 @@ __device__ __forceinline__ void write_gated_keys(const ChunkFwdParams& p, const 
                       tf32_operand(k4.w * e3));
     }
   }
-  if (!p.f16_keys) {  // kg^T (tf32 keys; the f16 branch above wrote kg)
+  if (!prep_f16_keys<Tr>(p)) {  // kg^T (tf32 keys; the f16 branch above wrote kg)
     char* gKgT = reinterpret_cast<char*>(p.kgT + tile * Tr::kK * Tr::kBT);
     // f = d + K * (j / 8) over the K * BT / 8 (d, 8-column group) pairs; step = threads / 2, a
     // multiple of 16, so a warp's 16 d never straddle a group.
@@ -240,7 +240,7 @@ __device__ __forceinline__ void write_v_image_v(const ChunkFwdParams& p, const C
 template <class Tr>
 __device__ __forceinline__ void write_v_image(const ChunkFwdParams& p, const ChunkCoord& cc, int hv,
                                               int64_t tile) {
-  if (v_by_tensor_map(p.v_dtype)) return;
+  if (prep_v_by_tensor_map<Tr>(p)) return;
   float* gV = p.v_img + tile * Tr::kBT * p.V;
   if (p.V == 64) {
     write_v_image_v<Tr, 64>(p, cc, hv, gV);
