@@ -404,49 +404,59 @@ def _uses_time_split(case: Case, inputs: dict) -> bool:
     return any("openkda_fwd_segment_combine_kernel" in n for n in names)
 
 
-# ---- the prep's compiled paths (traits.h: PrepPath; params.h: prep_path_of) ----------------------
-# (case, g in f32, the path the launcher must pick). Each safe path at both head dims, dense and
-# varlen, and three configurations one condition away from it, which must take the generic kernel.
-PREP_PATHS = [
-    (_case(T=200, K=64, V=64, gate="lb", safe_gate=True, l2norm=True, beta="sigmoid"), False,
-     "kSafeBF16"),
+# ---- the compiled paths (traits.h: PrepPath, ScanIo; params.h: prep_path_of, scan_io_of) -------
+# (case, inputs cast to another dtype, the prep's path, the scan's formats). Each fixed path at
+# both head dims, dense and varlen, and configurations one condition away from it, which must take
+# the generic kernel. The profiled call takes no h snapshots; the accuracy check runs with and
+# without them (h snapshots need the generic scan).
+KERNEL_PATHS = [
+    (_case(T=200, K=64, V=64, gate="lb", safe_gate=True, l2norm=True, beta="sigmoid"), {},
+     "kSafeBF16", "kBF16"),
     (_case(T=200, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
-           cu_seqlens=(0, 37, 37, 200)), False, "kSafeBF16"),
-    (_case(T=200, H=1, HV=2, K=128, V=64, dtype="f16", gate="lb", l2norm=True), False,
-     "kSafeF16"),
+           cu_seqlens=(0, 37, 37, 200)), {}, "kSafeBF16", "kBF16"),
+    (_case(T=200, H=1, HV=2, K=128, V=64, dtype="f16", gate="lb", l2norm=True), {},
+     "kSafeF16", "kF16"),
     (_case(T=200, K=64, V=128, dtype="f16", gate="lb_noA", l2norm=True,
-           cu_seqlens=(0, 1, 70, 200)), False, "kSafeF16"),
-    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True, l2norm=True), True, "kGeneric"),
-    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True), False, "kGeneric"),
-    (_case(T=200, K=128, V=128, gate="softplus", l2norm=True), False, "kGeneric"),
+           cu_seqlens=(0, 1, 70, 200)), {}, "kSafeF16", "kF16"),
+    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True, l2norm=True), {"g": torch.float32},
+     "kGeneric", "kBF16"),
+    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True, l2norm=True), {"v": torch.float32},
+     "kGeneric", "kGeneric"),
+    (_case(T=200, K=128, V=128, gate="lb", safe_gate=True), {}, "kGeneric", "kGeneric"),
+    (_case(T=200, K=128, V=128, gate="softplus", l2norm=True), {}, "kGeneric", "kBF16"),
 ]
-_PREP_PATH_NAMES = ("kGeneric", "kSafeBF16", "kSafeF16")
 
 
-def _prep_path(names: set) -> str:
-    """The PrepPath argument of the one prep kernel among the profiled kernel names."""
+def _template_arg(names: set, kernel: str, values: tuple) -> str:
+    """The last template argument (an enum) of the kernels named `kernel` among the profiled
+    names, as one of `values` (its enumerators in order); every such kernel must agree."""
     import re
     found = set()
     for name in names:
-        m = re.search(r"openkda_fwd_prep_kernel<\s*\d+,\s*\d+,\s*([^>]*)>", name)
+        m = re.search(kernel + r"<([^>]*)>", name)
         if m is None:
             continue
-        arg = m.group(1).strip()  # "(openkda::...::PrepPath)1" or "...::PrepPath::kSafeBF16"
-        for index, path in enumerate(_PREP_PATH_NAMES):
-            if arg.endswith(path) or re.fullmatch(rf"(\(.*PrepPath\))?{index}", arg):
-                found.add(path)
-    assert len(found) == 1, f"prep kernels seen: {sorted(names)}"
+        arg = m.group(1).split(",")[-1].strip()  # "(openkda::...::PrepPath)1" or "...::kSafeF16"
+        for index, value in enumerate(values):
+            if arg.endswith("::" + value) or re.fullmatch(rf"(\(.*\))?{index}", arg):
+                found.add(value)
+    assert len(found) == 1, f"{kernel}: {sorted(found)} among {sorted(names)}"
     return found.pop()
 
 
-@pytest.mark.parametrize("case,g_f32,path", [
-    pytest.param(c, g, p, id=f"{c.id}-g_f32" if g else c.id) for c, g, p in PREP_PATHS])
-def test_prep_paths(case, g_f32, path):
+@pytest.mark.parametrize("case,cast,prep,scan", [
+    pytest.param(c, cast, pp, sp, id="-".join([c.id] + [f"{n}_f32" for n in cast]))
+    for c, cast, pp, sp in KERNEL_PATHS])
+def test_kernel_paths(case, cast, prep, scan):
     inputs = _cuda_inputs(case)
-    if g_f32:
-        inputs["g"] = inputs["g"].float()  # the same values (bf16-rounded), another dtype
+    for name, dtype in cast.items():
+        inputs[name] = inputs[name].to(dtype)  # the same values, another dtype
     args, kw = chunk_call(inputs, case)
-    assert _prep_path(_kernel_names(lambda: openkda.chunk_kda(*args, **kw))) == path
+    names = _kernel_names(lambda: openkda.chunk_kda(*args, **kw))
+    assert _template_arg(names, "openkda_fwd_prep_kernel",
+                         ("kGeneric", "kSafeBF16", "kSafeF16")) == prep
+    assert _template_arg(names, "openkda_fwd_scan_kernel", ("kGeneric", "kBF16", "kF16")) == scan
+    _check_case(case, inputs=inputs)
     _check_case(case, want_h=True, inputs=inputs)
 
 

@@ -145,10 +145,10 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT, kPath>::kThreads,
 // (segments.cuh): 4 warps per 64 columns of the augmented state [S | M]. 4-warp CTAs (either
 // pass) are built to fit two per SM (<= 256 registers), which the time split's plan counts on.
 // blockIdx.x = ((n * HV + hv) * nseg + segment) * slices + slice.
-template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys, ScanIo kIo>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     openkda_fwd_scan_kernel(const __grid_constant__ ChunkFwdParams p) {
-  using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys>;
+  using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys, kIo>;
   static_assert(!kTransition || kWarps == 4, "transition pass: 64 columns per CTA");
   extern __shared__ float4 smem_f4[];
   // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack). The base
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   const SeqSpan span = sequence_span(p, n);
   const int64_t nchunks = sequence_chunks(p, n, span);
   const int64_t first_chunk = chunk_base(p, n);
-  const int64_t h_base = p.h != nullptr ? snapshot_base(p, n) : 0;
+  const int64_t h_base = scan_h_snapshots<Tr>(p) ? snapshot_base(p, n) : 0;
   const int64_t head_state = int64_t{kK} * p.V;
   const int64_t c_begin = p.nseg > 1 ? seg * p.seg_chunks : 0;
   const int64_t c_end = p.nseg > 1 ? min(nchunks, c_begin + p.seg_chunks) : nchunks;
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   const auto bar_wq = [&](int b) { return bar0 + 8 * b; };
   const auto bar_rest = [&](int b) { return bar0 + 8 * (2 + b); };
   if (threadIdx.x == 0) {
-    if (v_by_tensor_map(p.v_dtype)) prefetch_tensor_map(&p.v_map);
+    if (v_by_tensor_map(scan_v_dtype<Tr>(p))) prefetch_tensor_map(&p.v_map);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(bar_wq(b), 1);
       mbarrier_init(bar_rest(b), 1);
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     const int nv = static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
     const int64_t tile = tile0 + k;
     const int b = k & 1, w = k % kWq;
-    if (!kTransition && p.h != nullptr && c % p.h_every == 0) {  // a snapshot chunk
+    if (!kTransition && scan_h_snapshots<Tr>(p) && c % p.h_every == 0) {  // a snapshot chunk
       const int64_t row = h_base + c / p.h_every;
       if (row < p.h_chunks)
         store_state<kK>(p.h, p.h_dtype, (row * p.HV + hv) * head_state, p.V, p.v_first, vcol, s,
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // ---- launchers (explicitly instantiated by cmake/OpenkdaCuda.cmake) ---------------------------
-template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys, ScanIo kIo>
 struct ScanKernelTag {};  // one cached shared-memory set-up per scan kernel
 template <int kK>
 struct CombineKernelTag {};
@@ -336,14 +336,14 @@ cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
 }
 
 // slices: V slices per segment (p.vsplit), or (V + K) / 64 for the transition pass.
-template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys, ScanIo kIo>
 cudaError_t launch_scan_pass(const ChunkFwdParams& p, int64_t slices, cudaStream_t stream) {
-  using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys>;
-  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition, kF16Keys>;
+  using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys, kIo>;
+  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition, kF16Keys, kIo>;
   constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps));
   const cudaError_t err =
-      set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps, kTransition, kF16Keys>>(kernel,
-                                                                                       kSmem);
+      set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps, kTransition, kF16Keys, kIo>>(kernel,
+                                                                                            kSmem);
   if (err != cudaSuccess) return err;
   const int64_t ctas = p.N * p.HV * p.nseg * slices;
   kernel<<<static_cast<unsigned>(ctas), 32 * kWarps, kSmem, stream>>>(p);
@@ -363,22 +363,27 @@ cudaError_t launch_combine(const ChunkFwdParams& p, cudaStream_t stream) {
 
 // vs in {64, 128} (launch.cu's plan_scan): 4 or 8 warps. With a time split (nseg > 1, vs = 64) the
 // transition and combine passes run first (segments.cuh).
-template <int kK, int kBT, bool kF16Keys>
+template <int kK, int kBT, bool kF16Keys, ScanIo kIo>
 cudaError_t launch_scan_passes(const ChunkFwdParams& p, cudaStream_t stream) {
   if (p.nseg > 1) {
-    cudaError_t err = launch_scan_pass<kK, kBT, 4, true, kF16Keys>(p, (p.V + kK) / 64, stream);
+    cudaError_t err = launch_scan_pass<kK, kBT, 4, true, kF16Keys, kIo>(p, (p.V + kK) / 64, stream);
     if (err == cudaSuccess) err = launch_combine<kK>(p, stream);
     if (err != cudaSuccess) return err;
   }
-  return p.vs == 64 ? launch_scan_pass<kK, kBT, 4, false, kF16Keys>(p, p.vsplit, stream)
-                    : launch_scan_pass<kK, kBT, 8, false, kF16Keys>(p, p.vsplit, stream);
+  return p.vs == 64 ? launch_scan_pass<kK, kBT, 4, false, kF16Keys, kIo>(p, p.vsplit, stream)
+                    : launch_scan_pass<kK, kBT, 8, false, kF16Keys, kIo>(p, p.vsplit, stream);
 }
 
-// The key tiles' format (p.f16_keys) is the one run-time choice made here.
+// The key tiles' format (p.f16_keys) and, with f16 keys, the input / output formats
+// (params.h: scan_io_of) are the run-time choices made here.
 template <int kK, int kBT>
 cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream) {
-  return p.f16_keys ? launch_scan_passes<kK, kBT, true>(p, stream)
-                    : launch_scan_passes<kK, kBT, false>(p, stream);
+  if (!p.f16_keys) return launch_scan_passes<kK, kBT, false, ScanIo::kGeneric>(p, stream);
+  switch (scan_io_of(p)) {
+    case ScanIo::kBF16: return launch_scan_passes<kK, kBT, true, ScanIo::kBF16>(p, stream);
+    case ScanIo::kF16: return launch_scan_passes<kK, kBT, true, ScanIo::kF16>(p, stream);
+    default: return launch_scan_passes<kK, kBT, true, ScanIo::kGeneric>(p, stream);
+  }
 }
 
 }  // namespace openkda::cuda::chunk_forward

@@ -214,4 +214,30 @@ OPENKDA_HOST_DEVICE inline bool prep_v_by_tensor_map(const ChunkFwdParams& p) {
   return Tr::kSafePath || v_by_tensor_map(p.v_dtype);
 }
 
+// The scan's input / output formats for these parameters (traits.h: ScanIo), chosen once per call
+// by the launcher: fixed exactly when the call has f16 keys, no h snapshots, and v and o of one
+// 16-bit dtype, else kGeneric.
+inline ScanIo scan_io_of(const ChunkFwdParams& p) {
+  if (!p.f16_keys || p.h != nullptr || p.o_dtype != p.v_dtype) return ScanIo::kGeneric;
+  if (p.v_dtype == DType::kBF16) return ScanIo::kBF16;
+  return p.v_dtype == DType::kF16 ? ScanIo::kF16 : ScanIo::kGeneric;
+}
+
+// The run-time formats of the scan, as its stages read them: constants with a fixed ScanIo (Tr:
+// ScanTraits; scan_io_of guarantees these values), p's fields with kGeneric.
+template <class Tr>
+OPENKDA_HOST_DEVICE inline DType scan_v_dtype(const ChunkFwdParams& p) {
+  return Tr::kIo == ScanIo::kBF16 ? DType::kBF16
+                                  : (Tr::kIo == ScanIo::kF16 ? DType::kF16 : p.v_dtype);
+}
+template <class Tr>
+OPENKDA_HOST_DEVICE inline DType scan_o_dtype(const ChunkFwdParams& p) {
+  return Tr::kIo == ScanIo::kBF16 ? DType::kBF16
+                                  : (Tr::kIo == ScanIo::kF16 ? DType::kF16 : p.o_dtype);
+}
+template <class Tr>
+OPENKDA_HOST_DEVICE inline bool scan_h_snapshots(const ChunkFwdParams& p) {
+  return Tr::kIo == ScanIo::kGeneric && p.h != nullptr;
+}
+
 }  // namespace openkda::cuda::chunk_forward

@@ -57,7 +57,7 @@ __device__ __forceinline__ void scan_load_rest(const ChunkFwdParams& p, int64_t 
   constexpr uint32_t kKBytes = Tr::kKeyBytes * Tr::kBT * Tr::kK;  // sKgT (tf32) or sKg (f16)
   constexpr uint32_t kBTBytes = sizeof(float) * Tr::kBT * Tr::kBT;
   constexpr uint32_t kGammaBytes = sizeof(float) * Tr::kK;
-  const bool image = !v_by_tensor_map(p.v_dtype);
+  const bool image = !v_by_tensor_map(scan_v_dtype<Tr>(p));
   const uint32_t v_bytes = (image ? 4 : 2) * Tr::kBT * kVs;  // f32 image or 16-bit boxes
   const int64_t at = tile * Tr::kBT * Tr::kK, at_bt = tile * Tr::kBT * Tr::kBT;
   mbarrier_expect_tx(bar_rest, (Tr::kTransition ? 1 : 2) * kBTBytes + kKBytes + kGammaBytes +
@@ -205,7 +205,7 @@ __device__ __forceinline__ void store_o(const ChunkFwdParams& p, int hv, int64_t
       store_o_rows<T>(p, o_base, t, nv, o);
     }
   };
-  switch (p.o_dtype) {
+  switch (scan_o_dtype<Tr>(p)) {
     case DType::kBF16: store_2byte(__nv_bfloat16{}); break;
     case DType::kF16: store_2byte(__half{}); break;
     case DType::kF64: store_o_rows<double>(p, o_base, t, nv, o); break;

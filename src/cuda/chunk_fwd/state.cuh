@@ -253,7 +253,7 @@ __device__ __forceinline__ void scan_step(const ChunkFwdParams& p, int64_t t0, i
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[nn][e] = 0.0f;
   } else {
-    read_v_fragment<Tr>(p.v_dtype, rest + Tr::kRestV, vl, t, v);
+    read_v_fragment<Tr>(scan_v_dtype<Tr>(p), rest + Tr::kRestV, vl, t, v);
   }
   uint32_t ra[kNJ][4];
 #pragma unroll
