@@ -241,20 +241,25 @@ g = torch.randn(1, T, HV, K, device="cuda", dtype=torch.bfloat16)
 beta = torch.randn(1, T, HV, device="cuda", dtype=torch.bfloat16)
 h0 = torch.randn(4, HV, K, V, device="cuda")
 with torch.inference_mode():
-    o, ht, h = openkda.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
-        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
-        safe_gate=True, lower_bound=-5.0, A_log=torch.zeros(HV, device="cuda"),
-        return_intermediate_states=True, cu_seqlens=cu)
+    # with and without h snapshots: the fixed-format scan kernels (ScanIo) run only without
+    for want_h in (True, False):
+        openkda.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+            A_log=torch.zeros(HV, device="cuda"), return_intermediate_states=want_h,
+            cu_seqlens=cu)
     # time split (dense, few chains, >= 32 chunks): transition, combine and output passes
     Ts = 2100
     qs, ks = (torch.randn(1, Ts, 1, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     vs = torch.randn(1, Ts, 2, V, device="cuda", dtype=torch.bfloat16)
     gs = torch.randn(1, Ts, 2, K, device="cuda", dtype=torch.bfloat16)
     bs = torch.randn(1, Ts, 2, device="cuda", dtype=torch.bfloat16)
-    openkda.chunk_kda(qs, ks, vs, gs, bs, initial_state=torch.randn(1, 2, K, V, device="cuda"),
-        output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-        use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
-        A_log=torch.zeros(2, device="cuda"), return_intermediate_states=True)
+    for want_h in (True, False):
+        openkda.chunk_kda(qs, ks, vs, gs, bs,
+            initial_state=torch.randn(1, 2, K, V, device="cuda"), output_final_state=True,
+            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+            A_log=torch.zeros(2, device="cuda"), return_intermediate_states=want_h)
     # decode: state pool in place, 2 tokens per sequence
     pool = torch.randn(6, HV, K, V, device="cuda")
     idx = torch.tensor([[4, 1], [0, 5]], dtype=torch.int32, device="cuda")
