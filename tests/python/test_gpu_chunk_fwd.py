@@ -13,6 +13,8 @@ backend, and the CUDA-only errors. All tests are marked ``gpu`` and skip without
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -430,7 +432,6 @@ KERNEL_PATHS = [
 def _template_arg(names: set, kernel: str, values: tuple) -> str:
     """The last template argument (an enum) of the kernels named `kernel` among the profiled
     names, as one of `values` (its enumerators in order); every such kernel must agree."""
-    import re
     found = set()
     for name in names:
         m = re.search(kernel + r"<([^>]*)>", name)

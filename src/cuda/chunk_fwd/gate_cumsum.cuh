@@ -141,6 +141,17 @@ __device__ __forceinline__ void load_runs2(const void* base_a, const void* base_
   }
 }
 
+// The 16-bit element type of q, k and g on a safe prep path (traits.h: PrepPath).
+template <PrepPath kPath>
+struct SafeInput {
+  static_assert(kPath == PrepPath::kSafeBF16, "kSafeF16 has its own specialisation");
+  using type = __nv_bfloat16;
+};
+template <>
+struct SafeInput<PrepPath::kSafeF16> {
+  using type = __half;
+};
+
 // L2 prefetch of the chunk's beta (thread i < nv: row i) and, unless g comes by a tensor-map box,
 // its g lines (rows < nv), issued before the q / k loads so that the later g and beta loads hit
 // L2. One 128-byte line per prefetch (K in {64, 128}: whole lines for every dtype). g: thread (row
@@ -219,12 +230,10 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
     for (int r = 0; r < kRows; ++r) box_off[r] = (kRows * warp + r) * Tr::kK + d0;
     __syncthreads();  // the mbarrier's initialisation (thread 0) before any wait on it
     mbarrier_wait(bar, 0);
-    if constexpr (Tr::kPath == PrepPath::kSafeBF16) {
-      load_runs2_as<__nv_bfloat16, kRows, kPer>(sQ, sK, box_off, xq, xk);
-      load_runs_as<__nv_bfloat16, kRows, kPer>(sG, box_off, xg);
-    } else if constexpr (Tr::kPath == PrepPath::kSafeF16) {
-      load_runs2_as<__half, kRows, kPer>(sQ, sK, box_off, xq, xk);
-      load_runs_as<__half, kRows, kPer>(sG, box_off, xg);
+    if constexpr (Tr::kSafePath) {  // the path's dtype, fixed at compile time
+      using T = typename SafeInput<Tr::kPath>::type;
+      load_runs2_as<T, kRows, kPer>(sQ, sK, box_off, xq, xk);
+      load_runs_as<T, kRows, kPer>(sG, box_off, xg);
     } else {
       load_runs2<kRows, kPer>(sQ, sK, p.qk_dtype, box_off, xq, xk);
       load_runs<kRows, kPer>(sG, p.g_dtype, box_off, xg);

@@ -40,8 +40,6 @@ struct PrepTraits {
   static constexpr int kBT = kBT_;  // chunk size
   static constexpr PrepPath kPath = kPath_;
   static constexpr bool kSafePath = kPath != PrepPath::kGeneric;
-  // The 16-bit dtype of q, k and g on a safe path (unused by kGeneric).
-  static constexpr DType kInputDtype = kPath == PrepPath::kSafeF16 ? DType::kF16 : DType::kBF16;
   // NOTE: the prep's phases are short, serial and latency-bound, so what counts is how many
   // independent CTAs share a multiprocessor. At BT = 32 (launch.cu's kKernelChunk, the only length
   // instantiated) the plan is 56 KB at K = 128, so four CTAs of 8 warps fit in shared memory, at
