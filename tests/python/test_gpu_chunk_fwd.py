@@ -259,6 +259,18 @@ def test_varlen(case):
     _check_case(case)
 
 
+@pytest.mark.parametrize("n_seqs", [300, 1100], ids=["ranked", "index_order"])
+def test_varlen_many_sequences(n_seqs):
+    """Many sequences of 0 .. 40 tokens (ranks tie often): the scan runs them longest first
+    (chunk_index.cuh: seq_order ranks up to kMaxOrderedSeqs = 1024 of them, and keeps index order
+    past that), and every sequence's o and final state still match the reference."""
+    gen = torch.Generator().manual_seed(n_seqs)
+    lens = torch.randint(0, 41, (n_seqs,), generator=gen)
+    cu = (0,) + tuple(torch.cumsum(lens, 0).tolist())
+    _check_case(_case(T=cu[-1], cu_seqlens=cu, H=1, HV=2, gate="lb", safe_gate=True, l2norm=True,
+                      beta="sigmoid", cu_dtype="i32"))
+
+
 def _device_cu_call(cu: tuple, T: int = 300, HV: int = 4, chunk_size: int = 0):
     """chunk_kda with device cu_seqlens `cu` (values the kernels never have checked) on T tokens
     of bf16 inputs; o comes NaN-poisoned. chunk_size > 0: also return_intermediate_states at that

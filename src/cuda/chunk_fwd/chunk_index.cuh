@@ -15,14 +15,26 @@
 //   h_offsets[n]        varlen with h snapshots every h_every > 1 chunks: the same prefix sum of
 //                       ceil(len / (BT h_every)), the caller's chunk_size (h's row index).
 //   snapshot_base(n)    first row of h of sequence n: dense n NT_h, varlen h_offsets[n].
-//   resolve_chunk(slot) the (sequence, chunk) of global chunk `slot`: dense by division, varlen by
-//                       binary search over chunk_offsets (empty sequences never match).
+//   chunk_table[slot]   varlen: global chunk `slot`'s first token and valid rows, packed
+//                       (kChunkEntryShift), 0 past the last chunk: every slot's (sequence, chunk)
+//                       by binary search over chunk_offsets (empty sequences never match), once
+//                       per slot here instead of once per (slot, value head) prep CTA.
+//   seq_order[rank]     varlen: the sequences by chunk count, longest first (ties by index; the
+//                       identity order when N > kMaxOrderedSeqs), the scan's CTA order: the
+//                       block scheduler starts CTAs in index order as multiprocessors free up,
+//                       so the longest chains start first and short ones fill in behind them
+//                       (longest-processing-time-first list scheduling). Only where each chain
+//                       runs changes, never what it computes.
+//   resolve_chunk(slot) the token range of global chunk `slot`: dense by division, varlen from
+//                       chunk_table.
 //   zero_padding_rows   varlen: o = 0 on the rows outside [cu_seqlens[0], cu_seqlens[N]) (no
 //                       sequence's, FLA's zero-filled output), spread over every thread of the
 //                       grid that calls it.
-// Grid mapping: openkda_fwd_chunk_index_kernel is one CTA of kIndexThreads threads; thread i owns
-// the contiguous sequences [i * per, (i + 1) * per).
-// Shared memory: kIndexThreads / 32 int64 for the block scan.
+// Grid mapping: openkda_fwd_chunk_index_kernel is one CTA of kIndexThreads threads; for the
+// offsets thread i owns the contiguous sequences [i * per, (i + 1) * per), for the table the slots
+// i, i + kIndexThreads, ...
+// Shared memory: kIndexThreads / 32 int64 for the block scan, kMaxOrderedSeqs int32 chunk counts
+// for the order (4 KB).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +45,9 @@
 namespace openkda::cuda::chunk_forward {
 
 constexpr int kIndexThreads = 256;
+// Sequences ranked for the scan's order at most (O(N^2 / kIndexThreads) comparisons per call: 4096
+// per thread at the cap); more keep their index order.
+constexpr int kMaxOrderedSeqs = 1024;
 
 struct SeqSpan {
   int64_t bos = 0;
@@ -56,6 +71,11 @@ __device__ __forceinline__ int64_t chunk_base(const ChunkFwdParams& p, int64_t n
   return p.cu_seqlens == nullptr ? n * p.NT_b : static_cast<int64_t>(p.chunk_offsets[n]);
 }
 
+// The sequence of the scan's rank-th chain group (dense: rank itself).
+__device__ __forceinline__ int64_t scan_sequence(const ChunkFwdParams& p, int64_t rank) {
+  return p.cu_seqlens == nullptr ? rank : static_cast<int64_t>(p.seq_order[rank]);
+}
+
 // First row of h (the state entering every h_every-th chunk) of sequence n.
 __device__ __forceinline__ int64_t snapshot_base(const ChunkFwdParams& p, int64_t n) {
   return p.cu_seqlens == nullptr ? n * p.NT_h : static_cast<int64_t>(p.h_offsets[n]);
@@ -71,42 +91,55 @@ __device__ __forceinline__ int64_t sequence_chunks(const ChunkFwdParams& p, int6
   return static_cast<int64_t>(p.chunk_offsets[n + 1]) - p.chunk_offsets[n];
 }
 
-// One chunk: rows t0 .. t0 + nv - 1 of sequence n (1 <= nv <= BT).
+// One chunk: packed token rows t0 .. t0 + nv - 1 (1 <= nv <= BT).
 struct ChunkCoord {
-  int64_t n = 0;   // sequence
-  int64_t c = 0;   // chunk within the sequence
   int64_t t0 = 0;  // first packed token
   int nv = 0;      // valid rows
 };
 
+// chunk_table entries: t0 << kChunkEntryShift | nv (the kernels' chunk has at most 63 rows:
+// launch.cu's kKernelChunk); 0, nv = 0, for a slot past the last chunk.
+constexpr int kChunkEntryShift = 6;
+
+// Rows of chunk c of sequence n (nv <= 0 when the sequence has no chunk c).
+__device__ __forceinline__ ChunkCoord chunk_rows(const ChunkFwdParams& p, int64_t n, int64_t c) {
+  const SeqSpan s = sequence_span(p, n);
+  return ChunkCoord{s.bos + c * p.BT,
+                    static_cast<int>(min(static_cast<int64_t>(p.BT), s.len - c * p.BT))};
+}
+
+// Varlen: the rows of global chunk `slot` by binary search over chunk_offsets (nv = 0 past the
+// last chunk).
+__device__ __forceinline__ ChunkCoord locate_varlen_chunk(const ChunkFwdParams& p, int64_t slot) {
+  if (slot >= p.chunk_offsets[p.N]) return ChunkCoord{};
+  // Largest n with chunk_offsets[n] <= slot; then chunk_offsets[n + 1] > slot.
+  int64_t lo = 0, hi = p.N;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (p.chunk_offsets[mid] <= slot)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return chunk_rows(p, lo, slot - p.chunk_offsets[lo]);
+}
+
 // false when `slot` is past the last chunk (the prep grid is an upper bound in varlen mode).
 __device__ __forceinline__ bool resolve_chunk(const ChunkFwdParams& p, int64_t slot,
                                               ChunkCoord& cc) {
-  if (p.cu_seqlens == nullptr) {
-    if (p.NT_b == 0) return false;
-    // 32-bit: slot and NT_b are below the prep grid's 2^31 CTAs (launch.cu's can_implement), and
-    // a 64-bit division is a subroutine of ~70 instructions in every prep CTA.
-    const uint32_t nt = static_cast<uint32_t>(p.NT_b), s = static_cast<uint32_t>(slot);
-    cc.n = s / nt;
-    cc.c = s - static_cast<uint32_t>(cc.n) * nt;
-    if (cc.n >= p.B) return false;
-  } else {
-    if (slot >= p.chunk_offsets[p.N]) return false;
-    // Largest n with chunk_offsets[n] <= slot; then chunk_offsets[n + 1] > slot.
-    int64_t lo = 0, hi = p.N;
-    while (hi - lo > 1) {
-      const int64_t mid = (lo + hi) / 2;
-      if (p.chunk_offsets[mid] <= slot)
-        lo = mid;
-      else
-        hi = mid;
-    }
-    cc.n = lo;
-    cc.c = slot - p.chunk_offsets[lo];
+  if (p.cu_seqlens != nullptr) {
+    const int64_t e = p.chunk_table[slot];
+    cc.t0 = e >> kChunkEntryShift;
+    cc.nv = static_cast<int>(e & ((1 << kChunkEntryShift) - 1));
+    return cc.nv > 0;
   }
-  const SeqSpan s = sequence_span(p, cc.n);
-  cc.t0 = s.bos + cc.c * p.BT;
-  cc.nv = static_cast<int>(min(static_cast<int64_t>(p.BT), s.len - cc.c * p.BT));
+  if (p.NT_b == 0) return false;
+  // 32-bit: slot and NT_b are below the prep grid's 2^31 CTAs (launch.cu's can_implement), and
+  // a 64-bit division is a subroutine of ~70 instructions in every prep CTA.
+  const uint32_t nt = static_cast<uint32_t>(p.NT_b), s = static_cast<uint32_t>(slot);
+  const uint32_t n = s / nt;
+  if (n >= p.B) return false;
+  cc = chunk_rows(p, n, s - n * nt);
   return cc.nv > 0;
 }
 
@@ -115,6 +148,7 @@ __device__ __forceinline__ bool resolve_chunk(const ChunkFwdParams& p, int64_t s
 __device__ __forceinline__ void zero_padding_rows(const ChunkFwdParams& p) {
   const int64_t lo = min(max(load_cu(p, 0), int64_t{0}), p.T);
   const int64_t hi = min(max(load_cu(p, p.N), lo), p.T);
+  if (lo == 0 && hi == p.T) return;  // no padding (the usual case): no grid-wide indices
   const int64_t row = int64_t{p.HV} * p.V;
   const int64_t pad = (lo + p.T - hi) * row;
   const int64_t threads = int64_t{gridDim.x} * gridDim.y * blockDim.x;
@@ -173,10 +207,37 @@ __device__ __forceinline__ void build_offsets(const ChunkFwdParams& p, int shift
   __syncthreads();  // sWarpSum is free again
 }
 
-// chunk_offsets (capped at the workspace's slots) and, with h snapshots every h_every > 1
-// chunks, h_offsets (capped at h's rows: writes past them are dropped anyway).
-__device__ __forceinline__ void build_chunk_offsets(const ChunkFwdParams& p) {
-  build_offsets(p, __ffs(p.BT) - 1, p.slots, p.chunk_offsets);
+// seq_order: sequence n goes to rank #{m : c_m > c_n or (c_m = c_n and m < n)} (c: chunk counts
+// from chunk_offsets, which the caller's block barrier made visible), a permutation; the identity
+// past kMaxOrderedSeqs sequences. Ends with no barrier: nothing after it in the CTA reads it.
+__device__ __forceinline__ void build_seq_order(const ChunkFwdParams& p) {
+  if (p.N > kMaxOrderedSeqs) {
+    for (int64_t n = threadIdx.x; n < p.N; n += kIndexThreads)
+      p.seq_order[n] = static_cast<int32_t>(n);
+    return;
+  }
+  __shared__ int32_t sChunks[kMaxOrderedSeqs];
+  const int N = static_cast<int>(p.N);
+  for (int n = threadIdx.x; n < N; n += kIndexThreads)
+    sChunks[n] = p.chunk_offsets[n + 1] - p.chunk_offsets[n];
+  __syncthreads();
+  for (int n = threadIdx.x; n < N; n += kIndexThreads) {
+    const int32_t c = sChunks[n];
+    int rank = 0;
+    for (int m = 0; m < N; ++m) rank += sChunks[m] > c || (sChunks[m] == c && m < n);
+    p.seq_order[rank] = n;
+  }
+}
+
+// chunk_offsets (capped at the workspace's slots), chunk_table and, with h snapshots every
+// h_every > 1 chunks, h_offsets (capped at h's rows: writes past them are dropped anyway).
+__device__ __forceinline__ void build_chunk_index(const ChunkFwdParams& p) {
+  build_offsets(p, __ffs(p.BT) - 1, p.slots, p.chunk_offsets);  // ends with a block barrier
+  for (int64_t slot = threadIdx.x; slot < p.slots; slot += kIndexThreads) {
+    const ChunkCoord cc = locate_varlen_chunk(p, slot);
+    p.chunk_table[slot] = cc.nv > 0 ? cc.t0 << kChunkEntryShift | cc.nv : 0;
+  }
+  build_seq_order(p);
   if (p.h_offsets != nullptr && p.h_offsets != p.chunk_offsets) {
     build_offsets(p, __ffs(p.BT * p.h_every) - 1, p.h_chunks, p.h_offsets);
   }

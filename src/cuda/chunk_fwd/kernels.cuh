@@ -3,7 +3,8 @@
 // section 3).
 //
 //   openkda_fwd_chunk_index_kernel  varlen only: chunk_offsets = exclusive cumsum of
-//                                   ceil(len / BT), and h_offsets of ceil(len /
+//                                   ceil(len / BT), every slot's token range
+//                                   (chunk_table), and h_offsets of ceil(len /
 //                                   chunk_size) when h is taken every second
 //                                   chunk                                       grid (1)
 //   openkda_fwd_prep_kernel         stages 1-3 per (chunk, value head): l2norm, gate, beta,
@@ -61,7 +62,7 @@ namespace openkda::cuda::chunk_forward {
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const ChunkFwdParams p) {
   static_assert(kThreads == kIndexThreads, "one thread per sequence range");
-  build_chunk_offsets(p);
+  build_chunk_index(p);
 }
 
 // ---- prep: one CTA per (chunk, value head) ---------------------------------------------------
@@ -144,7 +145,8 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT, kPath>::kThreads,
 // unroll (launch_scan picks it from p.vs). kTransition: the time split's first pass
 // (segments.cuh): 4 warps per 64 columns of the augmented state [S | M]. 4-warp CTAs (either
 // pass) are built to fit two per SM (<= 256 registers), which the time split's plan counts on.
-// blockIdx.x = ((n * HV + hv) * nseg + segment) * slices + slice.
+// blockIdx.x = ((rank * HV + hv) * nseg + segment) * slices + slice; sequence n of rank: n = rank
+// dense, seq_order[rank] varlen (longest first: chunk_index.cuh).
 template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys, ScanIo kIo>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     openkda_fwd_scan_kernel(const __grid_constant__ ChunkFwdParams p) {
@@ -163,9 +165,10 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   const int slice = static_cast<int>(cta % slices);
   const int64_t seq_seg = cta / slices;
   const int seg = static_cast<int>(seq_seg % p.nseg);
-  const int64_t seq_head = seq_seg / p.nseg;
-  const int hv = static_cast<int>(seq_head % p.HV);
-  const int64_t n = seq_head / p.HV;
+  const int64_t rank_head = seq_seg / p.nseg;  // (rank * HV + hv): varlen ranks longest first
+  const int hv = static_cast<int>(rank_head % p.HV);
+  const int64_t n = scan_sequence(p, rank_head / p.HV);
+  const int64_t seq_head = n * p.HV + hv;
   const int v0 = slice * 16 * kWarps;
   const bool m_part = kTransition && v0 >= p.V;  // columns of M: identity start, u = 0
   const int vcol = v0 + Tr::kWarpRows * static_cast<int>(threadIdx.x / 32) +

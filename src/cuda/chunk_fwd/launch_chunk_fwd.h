@@ -29,12 +29,13 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 // device's SM count (the time split's plan), never on device data. The kernels' chunk is BT = 32
 // whatever args.chunk_size (launch.cu: kKernelChunk). With varlen the slot count is the bound
 // floor((T + N (BT - 1)) / BT), so short sequences cost more than their tokens: each takes whole
-// slots (N = T one-token sequences: 32x the workspace of one sequence of T tokens). 0 when
-// chunk_fwd_can_implement fails.
+// slots (N = T one-token sequences: 32x the workspace of one sequence of T tokens). For args that
+// pass chunk_fwd_can_implement (the core's workspace_bytes checks them first).
 size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 
 // chunk_kda forward on `stream` (a cudaStream_t; null is the legacy default stream) for args that
-// pass the core's validation: writes o, final_state (if defined) and h (if defined). `workspace`
+// pass the core's validation and chunk_fwd_can_implement (the core's run checks both first, once
+// per call): writes o, final_state (if defined) and h (if defined). `workspace`
 // holds at least chunk_fwd_workspace_bytes(args) bytes on the tensors' device, 16-byte aligned;
 // its contents on entry do not matter. No allocation, no host synchronisation, no host read of
 // device memory (cu_seqlens is read on the device): CUDA-graph capturable, bitwise deterministic.
@@ -43,7 +44,6 @@ size_t chunk_fwd_workspace_bytes(const ChunkFwdArgs& args);
 // values give overlapping sequences with unspecified o there, never an access outside the
 // tensors or the workspace. With varlen, o rows outside [cu_seqlens[0], cu_seqlens[N]) are
 // written as 0 (all of o when N = 0, cu_seqlens of one element).
-// Calls chunk_fwd_can_implement first.
 Status chunk_fwd(const ChunkFwdArgs& args, Workspace workspace, Stream stream);
 
 }  // namespace openkda::cuda

@@ -22,6 +22,10 @@
 // shared-memory image of it (tile_image.h: one bulk copy per tile; rows past the chunk come from
 // the zero rows of q, k and beta there):
 //   chunk_offsets [N + 1] i32      first chunk of every sequence (varlen only)
+//   chunk_table   [slots] i64      every chunk slot's first token and valid rows, packed
+//                                  (chunk_index.cuh: kChunkEntryShift; varlen only)
+//   seq_order     [N] i32          the sequences in the scan's CTA order, longest first
+//                                  (chunk_index.cuh; varlen only)
 //   h_offsets     [N + 1] i32      first snapshot of every sequence (varlen with h and
 //                                  h_every > 1; with h_every = 1 it aliases chunk_offsets;
 //                                  null without h or cu_seqlens)
@@ -164,6 +168,8 @@ struct ChunkFwdParams {
 
   // ---- workspace ----
   int32_t* chunk_offsets = nullptr;  // varlen only
+  int64_t* chunk_table = nullptr;    // varlen only
+  int32_t* seq_order = nullptr;      // varlen only
   int32_t* h_offsets = nullptr;      // varlen with h only (== chunk_offsets when h_every = 1)
   float* ke = nullptr;
   float* qg = nullptr;
