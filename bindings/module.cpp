@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,8 +54,20 @@ void check(const Status& s) {
   throw nb::value_error((op + ": " + what).c_str());
 }
 
+// A dict key as a view of its UTF-8 bytes, which the str object caches (no copy per call: the
+// names are parsed on every op call).
+std::string_view key_name(nb::handle key, const std::string& op) {
+  Py_ssize_t size = 0;
+  const char* s = PyUnicode_Check(key.ptr()) ? PyUnicode_AsUTF8AndSize(key.ptr(), &size) : nullptr;
+  if (s == nullptr) {
+    PyErr_Clear();
+    bad(op, "a " + std::string(nb::inst_name(key).c_str()) + " key; expected a str (a name)");
+  }
+  return {s, static_cast<size_t>(size)};
+}
+
 // DLPack dtype (code, bits) -> DType. bf16 is kDLBfloat (code 4).
-DType to_dtype(nb::dlpack::dtype d, const std::string& op, const std::string& name) {
+DType to_dtype(nb::dlpack::dtype d, const std::string& op, std::string_view name) {
   using C = nb::dlpack::dtype_code;
   const auto code = static_cast<C>(d.code);
   if (d.lanes == 1) {
@@ -66,7 +79,7 @@ DType to_dtype(nb::dlpack::dtype d, const std::string& op, const std::string& na
     if (code == C::Int && d.bits == 64) return DType::kI64;
     if (code == C::UInt && d.bits == 8) return DType::kU8;
   }
-  bad(op, name + ": DLPack dtype (code " + std::to_string(d.code) + ", bits " +
+  bad(op, std::string(name) + ": DLPack dtype (code " + std::to_string(d.code) + ", bits " +
               std::to_string(d.bits) + ", lanes " + std::to_string(d.lanes) +
               "); expected f16, bf16, f32, f64, i32, i64 or u8");
 }
@@ -79,11 +92,11 @@ std::string device_name(const nb::ndarray<>& a) {
 
 // Imports one DLPack tensor and describes it as a TensorRef. `keep` owns the import until the op
 // has returned.
-TensorRef to_ref(nb::handle obj, const std::string& op, const std::string& name,
+TensorRef to_ref(nb::handle obj, const std::string& op, std::string_view name,
                  std::vector<nb::ndarray<>>& keep) {
   nb::ndarray<> a;
   if (!nb::try_cast(obj, a, /*convert=*/false))
-    bad(op, name + ": a " + std::string(nb::inst_name(obj).c_str()) +
+    bad(op, std::string(name) + ": a " + std::string(nb::inst_name(obj).c_str()) +
                 "; expected a DLPack tensor or None");
   TensorRef t;
   t.data = a.data();
@@ -93,11 +106,11 @@ TensorRef to_ref(nb::handle obj, const std::string& op, const std::string& name,
   } else if (a.device_type() == nb::device::cuda::value) {
     t.device = Device{DeviceType::kCUDA, a.device_id()};
   } else {
-    bad(op, name + ": DLPack device type " + std::to_string(a.device_type()) +
+    bad(op, std::string(name) + ": DLPack device type " + std::to_string(a.device_type()) +
                 "; expected cpu or cuda");
   }
   if (a.ndim() > static_cast<size_t>(kMaxDims))
-    bad(op, name + ": rank " + std::to_string(a.ndim()) +
+    bad(op, std::string(name) + ": rank " + std::to_string(a.ndim()) +
                 "; expected rank <= " + std::to_string(kMaxDims));
   t.ndim = static_cast<int>(a.ndim());
   for (int d = 0; d < t.ndim; ++d) {
@@ -125,7 +138,7 @@ template <class Args>
 void set_tensors(Args& args, const TensorFields<Args>& fields, nb::dict tensors,
                  const std::string& op, std::vector<nb::ndarray<>>& keep) {
   for (auto [key, value] : tensors) {
-    const std::string name = nb::cast<std::string>(key);
+    const std::string_view name = key_name(key, op);
     bool found = false;
     for (const auto& [field, member] : fields) {
       if (name != field) continue;
@@ -133,7 +146,7 @@ void set_tensors(Args& args, const TensorFields<Args>& fields, nb::dict tensors,
       found = true;
       break;
     }
-    if (!found) bad(op, "unknown tensor argument '" + name + "'");
+    if (!found) bad(op, "unknown tensor argument '" + std::string(name) + "'");
   }
 }
 
@@ -143,7 +156,7 @@ std::optional<double> opt_double(nb::handle v) {
 }
 
 // Options shared by every chunk/recurrent op; false if `name` is not one of them.
-bool set_kda_option(KdaOptions& o, const std::string& name, nb::handle v, const std::string& op) {
+bool set_kda_option(KdaOptions& o, std::string_view name, nb::handle v, const std::string& op) {
   if (name == "scale")
     o.scale = opt_double(v);
   else if (name == "use_qk_l2norm_in_kernel")
@@ -174,7 +187,7 @@ bool set_kda_option(KdaOptions& o, const std::string& name, nb::handle v, const 
   return true;
 }
 
-bool set_option(ChunkProblem& a, const std::string& n, nb::handle v, const std::string& op) {
+bool set_option(ChunkProblem& a, std::string_view n, nb::handle v, const std::string& op) {
   if (n == "safe_gate")
     a.safe_gate = nb::cast<bool>(v);
   else if (n == "chunk_size")
@@ -183,7 +196,7 @@ bool set_option(ChunkProblem& a, const std::string& n, nb::handle v, const std::
     return set_kda_option(a, n, v, op);
   return true;
 }
-bool set_option(RecurrentFwdArgs& a, const std::string& n, nb::handle v, const std::string& op) {
+bool set_option(RecurrentFwdArgs& a, std::string_view n, nb::handle v, const std::string& op) {
   if (n == "inplace_final_state")
     a.inplace_final_state = nb::cast<bool>(v);
   else
@@ -191,7 +204,7 @@ bool set_option(RecurrentFwdArgs& a, const std::string& n, nb::handle v, const s
   return true;
 }
 template <class GateArgs>
-bool set_gate_option(GateArgs& a, const std::string& n, nb::handle v) {
+bool set_gate_option(GateArgs& a, std::string_view n, nb::handle v) {
   if (n == "lower_bound")
     a.lower_bound = opt_double(v);
   else if (n == "num_threads")
@@ -200,25 +213,26 @@ bool set_gate_option(GateArgs& a, const std::string& n, nb::handle v) {
     return false;
   return true;
 }
-bool set_option(GateFwdArgs& a, const std::string& n, nb::handle v, const std::string&) {
+bool set_option(GateFwdArgs& a, std::string_view n, nb::handle v, const std::string&) {
   return set_gate_option(a, n, v);
 }
-bool set_option(GateBwdArgs& a, const std::string& n, nb::handle v, const std::string&) {
+bool set_option(GateBwdArgs& a, std::string_view n, nb::handle v, const std::string&) {
   return set_gate_option(a, n, v);
 }
 
 template <class Args>
 void set_options(Args& args, nb::dict options, const std::string& op) {
   for (auto [key, value] : options) {
-    const std::string name = nb::cast<std::string>(key);
+    const std::string_view name = key_name(key, op);
     bool ok = false;
     try {
       ok = set_option(args, name, value, op);
     } catch (const nb::cast_error&) {
-      bad(op, name + ": a " + std::string(nb::inst_name(value).c_str()) + "; expected a " +
+      bad(op, std::string(name) + ": a " + std::string(nb::inst_name(value).c_str()) +
+                  "; expected a " +
                   (name == "precision" || name == "algorithm" ? "str" : "number"));
     }
-    if (!ok) bad(op, "unknown option '" + name + "'");
+    if (!ok) bad(op, "unknown option '" + std::string(name) + "'");
   }
 }
 
@@ -254,6 +268,7 @@ template <class Args>
 void def_op(nb::module_& m, const char* py_name, const char* op, TensorFields<Args> fields,
             const char* doc) {
   auto build = [op, fields](nb::dict tensors, nb::dict options, std::vector<nb::ndarray<>>& keep) {
+    keep.reserve(fields.size() + 1);  // every tensor field and the workspace: no regrowth
     Args args;
     set_tensors(args, fields, tensors, op, keep);
     set_options(args, options, op);

@@ -16,10 +16,11 @@ Custom ops cannot return None: outputs that were not requested come back as empt
 op's implementation (``chunk_fwd_direct``: ``_chunk_fwd`` without the placeholders;
 ``_recurrent_fwd``, ``_gate_fwd``) directly when ``needs_dispatch`` finds nothing that needs the
 op (autograd, fake tensors, tracing, functorch, tensor subclasses): the same computation without
-the dispatcher's host time. Each op allocates its outputs and its workspace with torch, makes
-every input contiguous (``.detach().contiguous()``: a no-op for contiguous tensors) and calls
-``openkda._C`` on the current CUDA stream (0 on CPU). Options are keyword-only arguments;
-``setup_context`` reads inputs by name.
+the dispatcher's host time. Each op allocates its outputs with torch and calls ``run_core``
+(``_config.py``), which makes every tensor contiguous (``.detach().contiguous()``: a no-op for
+contiguous tensors), allocates the workspace with torch and calls ``openkda._C`` on the current
+CUDA stream (0 on CPU). Options are keyword-only arguments; ``setup_context`` reads inputs by
+name.
 """
 
 import inspect
@@ -71,17 +72,19 @@ def _resolve_lower_bound(op: str, lower_bound) -> Optional[float]:
         raise ValueError(f"{op}: lower_bound = {lower_bound!r}; expected a float or None") from None
 
 
-def kernel_options(op: str, *, use_qk_l2norm_in_kernel, use_gate_in_kernel,
-                   use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound) -> dict:
+def kernel_options(op: str, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                   use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, **extra) -> dict:
     """The in-kernel options shared by chunk_fwd and recurrent_fwd, as the op schemas type them
-    (FLA's callers pass truthy values and ints freely)."""
-    return dict(
-        use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),
-        use_gate_in_kernel=bool(use_gate_in_kernel),
-        use_beta_sigmoid_in_kernel=bool(use_beta_sigmoid_in_kernel),
-        allow_neg_eigval=bool(allow_neg_eigval),
-        lower_bound=_resolve_lower_bound(op, lower_bound),
-    )
+    (FLA's callers pass truthy values and ints freely), and the op's own options ``extra``, in one
+    dict (built on every call)."""
+    return {
+        "use_qk_l2norm_in_kernel": bool(use_qk_l2norm_in_kernel),
+        "use_gate_in_kernel": bool(use_gate_in_kernel),
+        "use_beta_sigmoid_in_kernel": bool(use_beta_sigmoid_in_kernel),
+        "allow_neg_eigval": bool(allow_neg_eigval),
+        "lower_bound": _resolve_lower_bound(op, lower_bound),
+        **extra,
+    }
 
 
 def _num_seqs(q: Tensor, cu_seqlens: Optional[Tensor]) -> int:
@@ -190,15 +193,14 @@ def chunk_fwd_direct(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
     exactly the keys of ``_CHUNK_OPTIONS`` (as the op schema types them), and the outputs that were
     not requested come back as None instead of empty placeholders (no allocation for them).
     Returns ``(o, final_state or None, h or None)``."""
-    _check_chunk_ranks("chunk_kda", q, k, v, cu_seqlens)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or (
+            cu_seqlens is not None and cu_seqlens.dim() != 1):
+        _check_chunk_ranks("chunk_kda", q, k, v, cu_seqlens)
     o, final_state, h = _chunk_fwd_outputs(q, k, v, cu_seqlens, output_final_state, num_h_chunks,
                                            options["state_v_first"], options["precision"])
-    tensors = dict(
-        q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
-        initial_state=_c(initial_state), cu_seqlens=_c(cu_seqlens), o=o, final_state=final_state,
-        h=h,
-    )
-    run_core("chunk_fwd", q.device, tensors, options)
+    run_core("chunk_fwd", q.device, dict(
+        q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+        cu_seqlens=cu_seqlens, o=o, final_state=final_state, h=h), options)
     return o, final_state, h
 
 
@@ -255,8 +257,8 @@ def _chunk_bwd(
     grads = _chunk_bwd_alloc(q, k, v, g, beta, A_log, dt_bias, initial_state, opts)
     dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0 = grads
     tensors = dict(
-        q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
-        initial_state=_c(initial_state), cu_seqlens=_c(cu_seqlens), d_o=_c(do), dht=_c(dht),
+        q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+        cu_seqlens=cu_seqlens, d_o=do, dht=dht,
         dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta,
         dA_log=dA_log if A_log is not None else None,
         ddt_bias=ddt_bias if dt_bias is not None else None,
@@ -375,10 +377,9 @@ def _recurrent_fwd(
     o_c = o.contiguous()
     fs_c = final_state.contiguous() if final_state is not None else None
     tensors = dict(
-        q=_c(q), k=_c(k), v=_c(v), g=_c(g), beta=_c(beta), A_log=_c(A_log), dt_bias=_c(dt_bias),
-        initial_state=pool, cu_seqlens=_c(cu_seqlens), ssm_state_indices=_c(ssm_state_indices),
-        num_accepted_tokens=_c(num_accepted_tokens), o=o_c.detach(),
-        final_state=fs_c.detach() if fs_c is not None else None,
+        q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=pool,
+        cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
+        num_accepted_tokens=num_accepted_tokens, o=o_c, final_state=fs_c,
     )
     run_core("recurrent_fwd", q.device, tensors, {n: opts[n] for n in _RECURRENT_OPTIONS})
     _write_back(o, o_c)
@@ -409,7 +410,7 @@ def _gate_fwd(
     """fused_kda_gate forward: g ``[..., HV, K]`` -> y ``[..., HV, K]`` in output_dtype."""
     y = g.new_empty(g.shape, dtype=output_dtype)
     run_core("gate_fwd", g.device,
-             dict(g=_c(g), A_log=_c(A_log), dt_bias=_c(dt_bias), y=y),
+             dict(g=g, A_log=A_log, dt_bias=dt_bias, y=y),
              dict(lower_bound=lower_bound))
     return y
 
@@ -433,7 +434,7 @@ def gate_bwd(
     ddt_bias ``[HV * K]`` (dt_bias's dtype); empty tensors for absent A_log / dt_bias."""
     dg, dA_log, ddt_bias = _gate_bwd_alloc(g, A_log, dt_bias)
     run_core("gate_bwd", g.device,
-             dict(g=_c(g), A_log=_c(A_log), dt_bias=_c(dt_bias), dy=_c(dy), dg=dg,
+             dict(g=g, A_log=A_log, dt_bias=dt_bias, dy=dy, dg=dg,
                   dA_log=dA_log if A_log is not None else None,
                   ddt_bias=ddt_bias if dt_bias is not None else None),
              dict(lower_bound=lower_bound))

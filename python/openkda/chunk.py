@@ -174,8 +174,9 @@ def chunk_kda(
             argument, the value seen and the values expected).
         NotImplementedError: ``cp_context``, or a device/configuration without a kernel yet.
     """
-    # stacklevel 4: the warning names the caller's line (torch.compiler.disable adds a frame).
-    state_v_first = _deprecated_state_layout(kwargs, state_v_first, stacklevel=4)
+    if "transpose_state_layout" in kwargs:
+        # stacklevel 4: the warning names the caller's line (torch.compiler.disable adds a frame).
+        state_v_first = _deprecated_state_layout(kwargs, state_v_first, stacklevel=4)
 
     _check_fla_args(q, initial_state, cu_seqlens, cp_context, kwargs, use_gate_in_kernel,
                     lower_bound, safe_gate, allow_neg_eigval, use_beta_sigmoid_in_kernel)
@@ -196,7 +197,7 @@ def chunk_kda(
             f"max_num_seqs + 1 entries, got {cu_seqlens.shape[0] - 1} sequences "
             f"with max_num_seqs={max_num_seqs}")
 
-    if q.is_cuda and torch.is_grad_enabled() and any(
+    if torch.is_grad_enabled() and q.is_cuda and any(
             t is not None and t.requires_grad
             for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)):
         # Fail before the forward rather than at backward time. Remove when the CUDA backward
@@ -211,19 +212,11 @@ def chunk_kda(
     if return_intermediate_states:
         num_h_chunks = _num_chunks(q.shape[1], chunk_size, cu_seqlens, cu_seqlens_cpu)
 
-    options = dict(
-        scale=scale,
-        **_ops.kernel_options(
-            "chunk_kda", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            use_gate_in_kernel=use_gate_in_kernel,
-            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound),
-        safe_gate=bool(safe_gate),
-        chunk_size=int(chunk_size),
-        state_v_first=bool(state_v_first),
-        precision=get_cpu_precision(),
-        algorithm="chunked",
-    )
+    options = _ops.kernel_options(
+        "chunk_kda", use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+        allow_neg_eigval, lower_bound, scale=scale, safe_gate=bool(safe_gate),
+        chunk_size=int(chunk_size), state_v_first=bool(state_v_first),
+        precision=get_cpu_precision(), algorithm="chunked")
     # The op (autograd, fake tensors, tracing) when anything needs it, else its computation
     # directly (no dispatcher, no placeholder outputs).
     if _ops.needs_dispatch(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens):

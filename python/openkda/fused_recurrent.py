@@ -99,18 +99,11 @@ def fused_recurrent_kda_fwd(
     tensors = (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, ssm_state_indices,
                num_accepted_tokens, o, buffer)
     forward = _ops.recurrent_fwd if _ops.needs_dispatch(*tensors) else _ops._recurrent_fwd
-    forward(
-        *tensors,
-        scale=scale,
-        **_ops.kernel_options(
-            "fused_recurrent_kda", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            use_gate_in_kernel=use_gate_in_kernel,
-            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound),
-        state_v_first=bool(state_v_first),
-        inplace_final_state=bool(inplace_final_state),
-        precision=precision,
-    )
+    forward(*tensors, **_ops.kernel_options(
+        "fused_recurrent_kda", use_qk_l2norm_in_kernel, use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, scale=scale,
+        state_v_first=bool(state_v_first), inplace_final_state=bool(inplace_final_state),
+        precision=precision))
     return o, final_state
 
 
