@@ -209,6 +209,10 @@ def test_binding_rejects_unknown_names():
         _C.chunk_fwd_workspace_bytes({}, {"precision": "f16"})
     with pytest.raises(ValueError, match="expected a DLPack tensor"):
         _C.gate_fwd_workspace_bytes({"g": [1.0, 2.0]}, {})
+    with pytest.raises(ValueError, match="fused_kda_gate: a int key; expected a str"):
+        _C.gate_fwd_workspace_bytes({1: q}, {})
+    with pytest.raises(ValueError, match="chunk_kda: a bytes key; expected a str"):
+        _C.chunk_fwd_workspace_bytes({}, {b"scale": 1.0})
 
 
 def _small_chunk_tensors(T=70, H=2, K=16):

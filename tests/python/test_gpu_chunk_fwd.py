@@ -578,9 +578,10 @@ def test_f16_operand_tiny_state():
 def test_f16_update_large_v_from_zero_state(T):
     """v x 1e5 from a zero state: the first chunk's v_new (~1e5) is past f16's range while the
     range guard's bound, taken from the state, is still 0, so the f16 operand of the state update
-    and of the O^T update saturates at 65504 and the scan must repair both products (state.cuh:
-    add_saturated_residual; unrepaired, the state and the first chunk's o would take every value
-    of v_new above 65504 as 65504: at T = 64 that chunk is half of o)."""
+    and of the O^T update saturates at 65504 and the scan must repair both products
+    (f16_operands.cuh: add_saturated_residual, called by state.cuh's scan_step; unrepaired, the
+    state and the first chunk's o would take every value of v_new above 65504 as 65504: at T = 64
+    that chunk is half of o)."""
     case = _case(B=1, T=T, H=1, HV=1, K=128, V=128, gate="softplus", l2norm=True,
                  beta="sigmoid")
     inputs = _raw_gate_case(case, raw=-12.0, v=1e5, initial_state=0.0)
