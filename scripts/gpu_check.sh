@@ -17,7 +17,8 @@
 #                           call per shape autotunes for about 90 s)
 #   9. bench_decode optional benchmarks/bench_decode.py (decode / verify, CUDA-graph replay)
 #  10. memcheck   optional  compute-sanitizer memcheck on small gate, varlen chunk_kda (with
-#                           initial and intermediate states), state-pool decode cases, and
+#                           initial and intermediate states), the time split, the prep / scan
+#                           hand-off, state-pool decode cases, and
 #                           malformed device-side cu_seqlens / state_indices (also with h)
 #  11. racecheck  optional  compute-sanitizer racecheck on the same cases
 # Exit status: non-zero only when a REQUIRED step fails. Optional steps are skipped when the time
@@ -260,6 +261,19 @@ with torch.inference_mode():
             use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
             use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
             A_log=torch.zeros(2, device="cuda"), return_intermediate_states=want_h)
+    # prep / scan hand-off (dense, K = V = 128, SMs / 2 < HV <= SMs - 8, 64 chunks): the
+    # persistent prep beside the scan, with and without h snapshots
+    Hh, Th = torch.cuda.get_device_properties(0).multi_processor_count // 2 + 1, 2048
+    qh, kh = (torch.randn(1, Th, Hh, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    vh = torch.randn(1, Th, Hh, 128, device="cuda", dtype=torch.bfloat16)
+    gh = torch.randn(1, Th, Hh, 128, device="cuda", dtype=torch.bfloat16)
+    bh = torch.randn(1, Th, Hh, device="cuda", dtype=torch.bfloat16)
+    for want_h in (True, False):
+        openkda.chunk_kda(qh, kh, vh, gh, bh,
+            initial_state=torch.randn(1, Hh, 128, 128, device="cuda"), output_final_state=True,
+            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+            A_log=torch.zeros(Hh, device="cuda"), return_intermediate_states=want_h)
     # decode: state pool in place, 2 tokens per sequence
     pool = torch.randn(6, HV, K, V, device="cuda")
     idx = torch.tensor([[4, 1], [0, 5]], dtype=torch.int32, device="cuda")

@@ -499,6 +499,64 @@ def test_time_split_causal_and_deterministic():
     _assert_causal(inputs, case, o_ref, (100, 1023, 1024, 1500, 2040))
 
 
+# ---- the prep / scan hand-off (src/cuda/chunk_fwd/handoff.cuh) ----------------------------------
+# Dense batches at K = V = 128 with N HV chains in (SMs / 2, SMs - 8] (one 8-warp scan CTA each,
+# multiprocessors to spare) and >= 64 kernel chunks: the prep runs as a persistent grid beside the
+# scan, which waits on every tile's ready mark (launch.cu: plan_prep).
+
+HANDOFF = [
+    _case(B=1, T=2048, H=96, HV=96, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
+          beta="sigmoid"),
+    _case(B=2, T=2100, H=20, HV=40, K=128, V=128, gate="softplus", l2norm=True, beta="sigmoid",
+          h0_dtype="bf16"),
+    _case(B=1, T=2048, H=80, HV=80, K=128, V=128, dtype="f32", gate="lb", chunk_size=32),
+]
+
+
+def _handoff_applies(case: Case) -> bool:
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return (case.cu_seqlens is None and case.K == case.V == 128 and case.T >= 64 * 32
+            and sms // 2 < case.B * case.HV <= sms - 8)
+
+
+def _kernel_spans(fn) -> dict:
+    """{'prep' | 'scan': (first start, last end)} in us of one profiled call of fn."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    spans = {}
+    for e in prof.events():
+        for short in ("prep", "scan"):
+            if f"openkda_fwd_{short}_kernel" in e.name:
+                lo, hi = spans.get(short, (e.time_range.start, e.time_range.end))
+                spans[short] = (min(lo, e.time_range.start), max(hi, e.time_range.end))
+    return spans
+
+
+@pytest.mark.parametrize("case", params(HANDOFF))
+def test_handoff(case):
+    assert _handoff_applies(case)
+    _check_case(case)
+    _check_case(case, want_h=True)
+
+
+def test_handoff_overlaps_deterministic_causal():
+    """The scan starts while the prep still runs (the hand-off is taken: without it the scan
+    waits for the whole prep grid); repeated calls are bitwise equal whichever multiprocessors
+    ran which items; tokens after t never change o[:t + 1]."""
+    case = HANDOFF[0]
+    inputs = _cuda_inputs(case)
+    args, kw = chunk_call(inputs, case)
+    openkda.chunk_kda(*args, **kw)
+    spans = _kernel_spans(lambda: openkda.chunk_kda(*args, **kw))
+    assert spans["scan"][0] < spans["prep"][1], spans
+    o_ref, ht_ref, _ = _run(inputs, case)
+    for _ in range(3):
+        _assert_bitwise((o_ref, ht_ref), _run(inputs, case)[:2])
+    _assert_causal(inputs, case, o_ref, (100, 1023, 1024, 2040))
+
+
 # ---- adversarial regimes -------------------------------------------------------------------------
 
 def _raw_gate_case(case: Case, raw: float | None = None, factor: float | None = None,
@@ -671,18 +729,22 @@ def test_causal(gate):
     _assert_causal(inputs, case, o_ref, (0, 7, 15, 16, 31, 47, 63, 64, 100, 200, 254))
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["varlen", "time_split"])
-def test_cuda_graph_capture_replay(split):
+@pytest.mark.parametrize("mode", ["varlen", "time_split", "handoff"])
+def test_cuda_graph_capture_replay(mode):
     """the op captures into a CUDA graph (no host sync, no allocation outside the graph pool) and
-    replays on new data exactly like an eager call; also with the time split's three passes."""
-    if split:
+    replays on new data exactly like an eager call; also with the time split's three passes and
+    with the prep / scan hand-off (a memset node, the scan a programmatic dependent)."""
+    if mode == "time_split":
         case = _case(B=1, T=2100, H=1, HV=2, K=128, V=128, gate="lb", safe_gate=True,
                      l2norm=True, beta="sigmoid")
+    elif mode == "handoff":
+        case = HANDOFF[0]
+        assert _handoff_applies(case)
     else:
         case = _case(B=1, T=700, H=2, HV=4, K=128, V=128, cu_seqlens=(0, 0, 300, 301, 700),
                      gate="lb", safe_gate=True, l2norm=True, beta="sigmoid", cu_dtype="i32")
     inputs = _cuda_inputs(case)
-    assert _uses_time_split(case, inputs) == split
+    assert _uses_time_split(case, inputs) == (mode == "time_split")
     args, kw = chunk_call(inputs, case)
     static = [a.clone() for a in args]
     o_eager, ht_eager = openkda.chunk_kda(*static, **kw)

@@ -175,8 +175,9 @@ __device__ __forceinline__ void prefetch_chunk_inputs(const ChunkFwdParams& p, c
 }
 
 // The chunk's rows of q, k and g as dense boxes [kBT][kK] of their dtype at the start of sQ, sK
-// and sG (inputs_by_tensor_map), on the mbarrier `bar`; by thread 0. Rows past the tokens read as
-// zero; rows past the chunk are whatever follows (load_chunk_inputs zeroes them).
+// and sG (inputs_by_tensor_map), on the mbarrier `bar` (initialised once per CTA; one phase per
+// chunk); by thread 0. Rows past the tokens read as zero; rows past the chunk are whatever follows
+// (load_chunk_inputs zeroes them).
 template <class Tr>
 __device__ __forceinline__ void issue_input_boxes(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                   int hv, float* sQ, float* sK, float* sG,
@@ -184,8 +185,6 @@ __device__ __forceinline__ void issue_input_boxes(const ChunkFwdParams& p, const
   const uint32_t qk_bytes = Tr::kBT * Tr::kK * static_cast<uint32_t>(dtype_size(p.qk_dtype));
   const uint32_t g_bytes = Tr::kBT * Tr::kK * static_cast<uint32_t>(dtype_size(p.g_dtype));
   const int h = hv / p.group, row = static_cast<int>(cc.t0);  // int32 rows: can_implement
-  mbarrier_init(bar, 1);
-  fence_mbarrier_init();
   mbarrier_expect_tx(bar, 2 * qk_bytes + g_bytes);
   tma_load_2d(smem_address(sQ), &p.q_map, h * Tr::kK, row, bar);
   tma_load_2d(smem_address(sK), &p.k_map, h * Tr::kK, row, bar);
@@ -195,18 +194,20 @@ __device__ __forceinline__ void issue_input_boxes(const ChunkFwdParams& p, const
 // q, k (l2-normalised when requested), beta, and G (the gate activation's chunk-local cumsum,
 // log2 units) of rows [0, kBT). Warp w owns rows kRows w + r (r < kRows). With
 // inputs_by_tensor_map, thread 0 has issued the input boxes on `bar` (issue_input_boxes) before
-// this call: a first block barrier here publishes the mbarrier's initialisation and every thread
-// reads its values from the boxes. Otherwise (an f64 input) all its q and k loads are issued as
-// one batch, then all its g loads (prefetched to L2 by prefetch_chunk_inputs). Then the per-row
-// math and the warp's part of the cumsum; a block barrier (every read of the boxes done, every
-// warp's column totals in sPart); the offsets of the warps above; the f32 rows over the boxes;
-// beta (also prefetched). Rows past the chunk load row 0 (always valid, nv >= 1; with the boxes,
-// their own rows) and are zeroed, so every load is unconditional. Ends with a block barrier: sQ,
-// sK, sG and sBeta are visible to every thread on return, and sPart is free again.
+// this call: a first block barrier here publishes the mbarrier's initialisation (the CTA's first
+// chunk) and every thread reads its values from the boxes once phase `parity` completes. Otherwise
+// (an f64 input) all its q and k loads are issued as one batch, then all its g loads (prefetched to
+// L2 by prefetch_chunk_inputs). Then the per-row math and the warp's part of the cumsum; a block
+// barrier (every read of the boxes done, every warp's column totals in sPart); the offsets of the
+// warps above; the f32 rows over the boxes; beta (also prefetched). Rows past the chunk load row 0
+// (always valid, nv >= 1; with the boxes, their own rows) and are zeroed, so every load is
+// unconditional. Ends with a block barrier: sQ, sK, sG and sBeta are visible to every thread on
+// return, and sPart is free again.
 template <class Tr>
 __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const ChunkCoord& cc,
                                                   int hv, float* sQ, float* sK, float* sG,
-                                                  float* sBeta, float* sPart, uint32_t bar) {
+                                                  float* sBeta, float* sPart, uint32_t bar,
+                                                  uint32_t parity) {
   constexpr int kPer = Tr::kK / 32;            // columns per lane
   constexpr int kRows = Tr::kBT / Tr::kWarps;  // rows per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -229,7 +230,7 @@ __device__ __forceinline__ void load_chunk_inputs(const ChunkFwdParams& p, const
 #pragma unroll
     for (int r = 0; r < kRows; ++r) box_off[r] = (kRows * warp + r) * Tr::kK + d0;
     __syncthreads();  // the mbarrier's initialisation (thread 0) before any wait on it
-    mbarrier_wait(bar, 0);
+    mbarrier_wait(bar, parity);
     if constexpr (Tr::kSafePath) {  // the path's dtype, fixed at compile time
       using T = typename SafeInput<Tr::kPath>::type;
       load_runs2_as<T, kRows, kPer>(sQ, sK, box_off, xq, xk);

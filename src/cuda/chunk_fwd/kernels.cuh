@@ -12,7 +12,7 @@
 //                                   (and an f32 copy of an f32 / f64 v) -> workspace;
 //                                   varlen: o = 0 on the padding rows; three compiled
 //                                   paths (traits.h: PrepPath)
-//                                                                  grid (slots * HV), hv fastest
+//                                          grid (prep_ctas) over slots * HV items, hv fastest
 //   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, segment, V slice): h
 //                                   snapshots, v_new = Tinv' (v - ke S), o, state update,
 //                                   final state
@@ -24,8 +24,10 @@
 //     openkda_fwd_segment_combine_kernel        per chain: the state entering every segment
 //                                                                grid (N * HV, V / 16)
 //
-// All of them run on the caller's stream in this order; nothing synchronises the host. No atomics:
-// every reduction has a fixed order, so results are bitwise reproducible.
+// All of them run on the caller's stream in this order; nothing synchronises the host. With the
+// prep / scan hand-off (handoff.cuh) the scan runs beside the prep, waiting on per-tile ready
+// marks. Every reduction has a fixed order (the hand-off's atomics only hand out items), so
+// results are bitwise reproducible.
 //
 // Precision map (README.md in this folder has the whole of it): inputs are read in their dtype
 // and converted to f32; every intermediate (G, A_qk, A_kk, Tinv, Tinv', ke, qg, kg, R, v_new, the
@@ -48,6 +50,7 @@
 
 #include "cuda/chunk_fwd/chunk_index.cuh"
 #include "cuda/chunk_fwd/gate_cumsum.cuh"
+#include "cuda/chunk_fwd/handoff.cuh"
 #include "cuda/chunk_fwd/intra.cuh"
 #include "cuda/chunk_fwd/params.h"
 #include "cuda/chunk_fwd/segments.cuh"
@@ -65,46 +68,27 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
   build_chunk_index(p);
 }
 
-// ---- prep: one CTA per (chunk, value head) ---------------------------------------------------
-// Shared memory lifetimes (PrepTraits):
+// ---- prep: one CTA per (chunk, value head), or a persistent grid with the hand-off ------------
+// Shared memory lifetimes (PrepTraits), per chunk:
 //   load (+ cumsum)                 sQ = q, sK = k, sG = G, sBeta; sA = the warps' column totals
 //   intra + inverse                 sA = A_kk, then (warp 0) sA <- Tinv (diagonal blocks, then
 //                                   sScr = P_rc); qg, ke, kg, gamma -> workspace (free warps)
-//   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace
-template <int kK, int kBT, PrepPath kPath>
-__global__ void __launch_bounds__(PrepTraits<kK, kBT, kPath>::kThreads,
-                                  PrepTraits<kK, kBT, kPath>::kMinBlocks)
-    openkda_fwd_prep_kernel(const __grid_constant__ ChunkFwdParams p) {
-  using Tr = PrepTraits<kK, kBT, kPath>;
-  extern __shared__ float4 smem_f4[];
-  // The input boxes need 128-byte aligned destinations (kSmemBytes has the slack); an offset from
-  // smem_f4, so that the compiler still knows these are shared-memory pointers.
-  const uint32_t misalign = smem_address(smem_f4) % Tr::kAlign;
-  float* smem = reinterpret_cast<float*>(smem_f4) + (misalign ? Tr::kAlign - misalign : 0) / 4;
-  float* sQ = smem + Tr::kOffQ;
-  float* sK = smem + Tr::kOffK;
-  float* sG = smem + Tr::kOffG;
-  float* sA = smem + Tr::kOffA;
-  float* sBeta = smem + Tr::kOffBeta;
-  float* sScr = smem + Tr::kOffScr;
-
-  // Value heads vary fastest along the grid: the CTAs resident together read the same tokens' q, k,
-  // g and v rows, so their loads fall on the same DRAM pages (and share q / k rows under GQA).
-  const int hv = static_cast<int>(blockIdx.x % p.HV);
-  const int64_t slot = blockIdx.x / p.HV;
-  if (p.cu_seqlens != nullptr) zero_padding_rows(p);  // before any CTA can return below
-  ChunkCoord cc;
-  if (!resolve_chunk(p, slot, cc)) return;            // past the last chunk (varlen grid bound)
-  const int64_t tile = int64_t{hv} * p.slots + slot;  // index of the chunk's workspace tiles
-  float* gAqk = p.aqk + tile * kBT * kBT;
-
-  // Stage 1: inputs, activations, G (q, k and g by tensor-map boxes, issued first; else g and
-  // beta rows prefetched to L2 first).
-  const uint32_t bar = smem_address(smem + Tr::kOffBar);
-  if (prep_inputs_by_tensor_map<Tr>(p) && threadIdx.x == 0)
-    issue_input_boxes<Tr>(p, cc, hv, sQ, sK, sG, bar);
+//   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace (with
+//                                   the hand-off the next item's input boxes land in sQ, sK, sG)
+// Stages 1-3 of one (chunk, value head): its input boxes (inputs_by_tensor_map) are issued before,
+// on phase `parity` of the mbarrier `bar`. `at_mid` runs after the block barrier past the last
+// reads of sQ, sK and sG. (The tiles come as separate pointers: a struct of them cost 16 more
+// shared-memory stores in the fixed K = 128 prep, SASS.)
+template <class Tr, class AtMid>
+__device__ __forceinline__ void prep_chunk(const ChunkFwdParams& p, const ChunkCoord& cc, int hv,
+                                           int64_t tile, float* sQ, float* sK, float* sG, float* sA,
+                                           float* sBeta, float* sScr, uint32_t bar, uint32_t parity,
+                                           AtMid&& at_mid) {
+  float* gAqk = p.aqk + tile * Tr::kBT * Tr::kBT;
+  // Stage 1: inputs, activations, G (q, k and g by tensor-map boxes; else g and beta rows
+  // prefetched to L2 first).
   prefetch_chunk_inputs<Tr>(p, cc, hv);
-  load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta, sA, bar);  // sA: the cumsum's totals
+  load_chunk_inputs<Tr>(p, cc, hv, sQ, sK, sG, sBeta, sA, bar, parity);  // sA: totals
 
   // Stage 2: A_qk (-> workspace), A_kk (-> sA) by the warps with a block pair, then stage 3's
   // Tinv in place of A_kk by warp 0 once they have all stored their blocks (a barrier among them
@@ -132,12 +116,86 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT, kPath>::kThreads,
     named_barrier_sync(2, Tr::kThreads - 32 * pairs);
   }
   __syncthreads();
+  at_mid();
 
   // Stage 3's WY factor: Tinv' = Tinv diag(beta) -> workspace.
-  write_tinv_image<Tr>(sA, sBeta, p.tinv + tile * kBT * kBT);
+  write_tinv_image<Tr>(sA, sBeta, p.tinv + tile * Tr::kBT * Tr::kBT);
 
   // An f32 / f64 v's copy for the scan (independent of everything above; none for a 16-bit v).
   write_v_image<Tr>(p, cc, hv, tile);
+}
+
+// kHandoff = false: CTA blockIdx.x = slot * HV + hv (value heads vary fastest along the grid: the
+// CTAs resident together read the same tokens' q, k, g and v rows, so their loads fall on the same
+// DRAM pages and share q / k rows under GQA). kHandoff = true (dense only, launch.cu: plan_prep):
+// prep_ctas persistent CTAs claim the items slot * HV + hv in that order and mark each one ready
+// for the scan beside them (handoff.cuh); each claims its next item while the current one runs and
+// issues its input boxes once sQ, sK and sG are free.
+template <int kK, int kBT, bool kHandoff, PrepPath kPath>
+__global__ void __launch_bounds__(PrepTraits<kK, kBT, kPath>::kThreads,
+                                  PrepTraits<kK, kBT, kPath>::kMinBlocks)
+    openkda_fwd_prep_kernel(const __grid_constant__ ChunkFwdParams p) {
+  using Tr = PrepTraits<kK, kBT, kPath>;
+  extern __shared__ float4 smem_f4[];
+  // The input boxes need 128-byte aligned destinations (kSmemBytes has the slack); an offset from
+  // smem_f4, so that the compiler still knows these are shared-memory pointers.
+  const uint32_t misalign = smem_address(smem_f4) % Tr::kAlign;
+  float* smem = reinterpret_cast<float*>(smem_f4) + (misalign ? Tr::kAlign - misalign : 0) / 4;
+  float* sQ = smem + Tr::kOffQ;
+  float* sK = smem + Tr::kOffK;
+  float* sG = smem + Tr::kOffG;
+  float* sA = smem + Tr::kOffA;
+  float* sBeta = smem + Tr::kOffBeta;
+  float* sScr = smem + Tr::kOffScr;
+  int32_t* sItem = reinterpret_cast<int32_t*>(smem + Tr::kOffItem);
+  const uint32_t bar = smem_address(smem + Tr::kOffBar);
+  const bool boxes = prep_inputs_by_tensor_map<Tr>(p);
+  const auto init_boxes_barrier = [&] {  // thread 0, once per CTA
+    mbarrier_init(bar, 1);
+    fence_mbarrier_init();
+  };
+  if constexpr (!kHandoff) {
+    const int hv = static_cast<int>(blockIdx.x % p.HV);
+    const int64_t slot = blockIdx.x / p.HV;
+    if (p.cu_seqlens != nullptr) zero_padding_rows(p);  // before any CTA can return below
+    ChunkCoord cc;
+    if (!resolve_chunk(p, slot, cc)) return;  // past the last chunk (varlen grid bound)
+    if (boxes && threadIdx.x == 0) {
+      init_boxes_barrier();
+      issue_input_boxes<Tr>(p, cc, hv, sQ, sK, sG, bar);
+    }
+    prep_chunk<Tr>(p, cc, hv, int64_t{hv} * p.slots + slot, sQ, sK, sG, sA, sBeta, sScr, bar, 0,
+                   [] {});
+  } else {
+    launch_dependents();  // the scan is placed as multiprocessors empty (handoff.cuh)
+    const int32_t items = static_cast<int32_t>(p.slots * p.HV);  // < 2^31: can_implement
+    // The current and next items live in sItem (slot n % 2 holds the CTA's item n), not in
+    // registers across the loop: the body needs all of them.
+    if (threadIdx.x == 0) {
+      if (boxes) init_boxes_barrier();
+      sItem[0] = handoff_first_item(p, handoff_keeper(p));
+    }
+    __syncthreads();
+    for (uint32_t n = 0;; ++n) {  // n: the CTA's items so far (the boxes' mbarrier phase)
+      const int32_t item = sItem[n & 1];
+      ChunkCoord cc;
+      if (item >= items || !resolve_chunk(p, item / p.HV, cc)) break;
+      const int hv = item % p.HV;
+      const int64_t tile = int64_t{hv} * p.slots + item / p.HV;
+      if (threadIdx.x == 0) {
+        if (n == 0 && boxes) issue_input_boxes<Tr>(p, cc, hv, sQ, sK, sG, bar);
+        sItem[(n + 1) & 1] = handoff_next_item(p, item, handoff_keeper(p), items);
+      }
+      prep_chunk<Tr>(p, cc, hv, tile, sQ, sK, sG, sA, sBeta, sScr, bar, n & 1, [&] {
+        const int32_t next = sItem[(n + 1) & 1];
+        ChunkCoord next_cc;
+        if (boxes && threadIdx.x == 0 && next < items && resolve_chunk(p, next / p.HV, next_cc))
+          issue_input_boxes<Tr>(p, next_cc, next % p.HV, sQ, sK, sG, bar);
+      });
+      __syncthreads();  // every store of the item done; sA and sBeta free for the next one
+      if (threadIdx.x == 0) handoff_publish(p, tile);
+    }
+  }
 }
 
 // ---- scan: one CTA per (sequence, value head, segment, V slice) --------------------------------
@@ -147,11 +205,12 @@ __global__ void __launch_bounds__(PrepTraits<kK, kBT, kPath>::kThreads,
 // pass) are built to fit two per SM (<= 256 registers), which the time split's plan counts on.
 // blockIdx.x = ((rank * HV + hv) * nseg + segment) * slices + slice; sequence n of rank: n = rank
 // dense, seq_order[rank] varlen (longest first: chunk_index.cuh).
-template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys, ScanIo kIo>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kHandoff, bool kF16Keys, ScanIo kIo>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     openkda_fwd_scan_kernel(const __grid_constant__ ChunkFwdParams p) {
   using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys, kIo>;
   static_assert(!kTransition || kWarps == 4, "transition pass: 64 columns per CTA");
+  static_assert(!kHandoff || (!kTransition && kWarps == 8), "hand-off: 8-warp output scans");
   extern __shared__ float4 smem_f4[];
   // The swizzled wgmma tiles need a 1024-byte aligned base (smem_bytes has the slack). The base
   // is an offset from smem_f4, not an integer round trip, so that the compiler still knows that it
@@ -185,6 +244,20 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   // The combine reads (Z_s | M_s) of segments s < nseg - 1 only: the last one's transition CTAs
   // leave at once (the output pass computes its state from the state entering it).
   if (kTransition && seg == p.nseg - 1) return;
+
+  // Hand-off (handoff.cuh): thread 0 issues a tile's copies only once warp 0 has seen it ready
+  // (sReady: the tiles tile0 + [0, *sReady) known to be). The prologue's tiles are waited for
+  // here, before the state is loaded, while few registers are live.
+  int* sReady = reinterpret_cast<int*>(smem + Tr::ready_offset(16 * kWarps));
+  if (kHandoff && threadIdx.x < 32) {
+    if (threadIdx.x == 0) *sReady = 0;
+    __syncwarp();
+    const int nk = static_cast<int>(c_end - c_begin);
+    if (nk > 0) {
+      handoff_wait(p, int64_t{hv} * p.slots + first_chunk + c_begin,
+                   min(Tr::wq_buffers(16 * kWarps), nk) - 1, nk, sReady);
+    }
+  }
 
   float s[kK / 8][4];  // S^T fragment, f32
   if constexpr (kTransition) {
@@ -274,6 +347,10 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
         },
         [&]() {
           __syncthreads();  // WQ buffer w and REST buffer 1 - b are free (see above)
+          // Hand-off: the tiles copied below (chunks k + 1 .. k + kWq) must be ready. Here, past
+          // a block barrier, the wait's ordering constraints cost the chunk's code no schedule.
+          if (kHandoff && threadIdx.x < 32 && k + 1 < nk)
+            handoff_wait(p, tile0, min(k + kWq, nk - 1), nk, sReady);
           if (threadIdx.x == 0) {
             // In the order of their first reads: with one WQ buffer WQ(c + 1) (top of chunk c + 1)
             // before REST(c + 1) (its middle), with two REST(c + 1) before WQ(c + 2).
@@ -316,8 +393,10 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // ---- launchers (explicitly instantiated by cmake/OpenkdaCuda.cmake) ---------------------------
-template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys, ScanIo kIo>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kHandoff, bool kF16Keys, ScanIo kIo>
 struct ScanKernelTag {};  // one cached shared-memory set-up per scan kernel
+template <int kK, int kBT, bool kHandoff, PrepPath kPath>
+struct PrepKernelTag {};
 template <int kK>
 struct CombineKernelTag {};
 
@@ -327,30 +406,57 @@ cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int kK, int kBT, PrepPath kPath>
-cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
+// grid: slots * HV CTAs, or prep_ctas persistent ones with the hand-off (K = 128 only:
+// launch.cu's plan_prep).
+template <int kK, int kBT, bool kHandoff, PrepPath kPath>
+cudaError_t launch_prep_kernel(const ChunkFwdParams& p, int64_t ctas, cudaStream_t stream) {
   using Tr = PrepTraits<kK, kBT, kPath>;
-  const auto kernel = openkda_fwd_prep_kernel<kK, kBT, kPath>;
-  const cudaError_t err = set_max_dynamic_smem_once<Tr>(kernel, static_cast<int>(Tr::kSmemBytes));
+  const auto kernel = openkda_fwd_prep_kernel<kK, kBT, kHandoff, kPath>;
+  const cudaError_t err = set_max_dynamic_smem_once<PrepKernelTag<kK, kBT, kHandoff, kPath>>(
+      kernel, static_cast<int>(Tr::kSmemBytes));
   if (err != cudaSuccess) return err;
-  const int64_t ctas = p.slots * p.HV;  // blockIdx.x = slot * HV + hv
   kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
+template <int kK, int kBT, PrepPath kPath>
+cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream) {
+  if constexpr (kK == 128) {
+    if (p.ready != nullptr) return launch_prep_kernel<kK, kBT, true, kPath>(p, p.prep_ctas, stream);
+  }
+  return launch_prep_kernel<kK, kBT, false, kPath>(p, p.slots * p.HV, stream);
+}
+
 // slices: V slices per segment (p.vsplit), or (V + K) / 64 for the transition pass.
-template <int kK, int kBT, int kWarps, bool kTransition, bool kF16Keys, ScanIo kIo>
+template <int kK, int kBT, int kWarps, bool kTransition, bool kHandoff, bool kF16Keys, ScanIo kIo>
 cudaError_t launch_scan_pass(const ChunkFwdParams& p, int64_t slices, cudaStream_t stream) {
   using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys, kIo>;
-  const auto kernel = openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition, kF16Keys, kIo>;
-  constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps));
-  const cudaError_t err =
-      set_max_dynamic_smem_once<ScanKernelTag<kK, kBT, kWarps, kTransition, kF16Keys, kIo>>(kernel,
-                                                                                            kSmem);
+  const auto kernel =
+      openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition, kHandoff, kF16Keys, kIo>;
+  // The hand-off's 8 more bytes: sReady after the mbarriers (ScanTraits::ready_offset).
+  constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps)) + (kHandoff ? 8 : 0);
+  const cudaError_t err = set_max_dynamic_smem_once<
+      ScanKernelTag<kK, kBT, kWarps, kTransition, kHandoff, kF16Keys, kIo>>(kernel, kSmem);
   if (err != cudaSuccess) return err;
   const int64_t ctas = p.N * p.HV * p.nseg * slices;
-  kernel<<<static_cast<unsigned>(ctas), 32 * kWarps, kSmem, stream>>>(p);
-  return cudaGetLastError();
+  if constexpr (!kHandoff) {
+    kernel<<<static_cast<unsigned>(ctas), 32 * kWarps, kSmem, stream>>>(p);
+    return cudaGetLastError();
+  } else {
+    // The scan is the prep's programmatic dependent: placed as the prep's CTAs leave
+    // multiprocessors, it waits on the tiles' ready marks, not on the prep grid (handoff.cuh).
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(32 * kWarps);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, p);
+  }
 }
 
 template <int kK>
@@ -366,15 +472,23 @@ cudaError_t launch_combine(const ChunkFwdParams& p, cudaStream_t stream) {
 
 // vs in {64, 128} (launch.cu's plan_scan): 4 or 8 warps. With a time split (nseg > 1, vs = 64) the
 // transition and combine passes run first (segments.cuh).
+// With the hand-off (K = 128, vs = 128, one segment: launch.cu's plan_prep) the 8-warp scan that
+// waits on the prep's ready marks.
 template <int kK, int kBT, bool kF16Keys, ScanIo kIo>
 cudaError_t launch_scan_passes(const ChunkFwdParams& p, cudaStream_t stream) {
+  if constexpr (kK == 128) {
+    if (p.ready != nullptr)
+      return launch_scan_pass<kK, kBT, 8, false, true, kF16Keys, kIo>(p, p.vsplit, stream);
+  }
   if (p.nseg > 1) {
-    cudaError_t err = launch_scan_pass<kK, kBT, 4, true, kF16Keys, kIo>(p, (p.V + kK) / 64, stream);
+    cudaError_t err =
+        launch_scan_pass<kK, kBT, 4, true, false, kF16Keys, kIo>(p, (p.V + kK) / 64, stream);
     if (err == cudaSuccess) err = launch_combine<kK>(p, stream);
     if (err != cudaSuccess) return err;
   }
-  return p.vs == 64 ? launch_scan_pass<kK, kBT, 4, false, kF16Keys, kIo>(p, p.vsplit, stream)
-                    : launch_scan_pass<kK, kBT, 8, false, kF16Keys, kIo>(p, p.vsplit, stream);
+  return p.vs == 64
+             ? launch_scan_pass<kK, kBT, 4, false, false, kF16Keys, kIo>(p, p.vsplit, stream)
+             : launch_scan_pass<kK, kBT, 8, false, false, kF16Keys, kIo>(p, p.vsplit, stream);
 }
 
 // The key tiles' format (p.f16_keys) and, with f16 keys, the input / output formats

@@ -152,10 +152,54 @@ ScanPlan plan_scan(const Dims& d, int sms) {
   return plan;
 }
 
+// The prep / scan hand-off (handoff.cuh), taken where the scan's CTAs (one 8-warp CTA per state
+// chain: V = 128, vsplit 1, one segment) leave at least kMinKeeperSms multiprocessors idle, for
+// dense batches of at least kMinHandoffChunks chunks, at K = V = 128 (where its timing model was
+// measured). The prep then runs as kMinBlocks persistent CTAs per multiprocessor (prep_ctas); its
+// keepers are as many multiprocessors as the scan leaves, and the others stop claiming at
+// exit_item, chosen so that the keepers take the remaining items in about the scan's time, at
+// kPrepItemSmUs us of one multiprocessor per item and kScanChunkUs us per chunk of the scan beside
+// the prep (H200, K = V = 128, the bf16 serving path at B = 1, T = 8192, HV = 96: the persistent
+// prep's items cost ~3 % more than one CTA per item, and the scan runs ~8 % slower beside it;
+// twenty-ninth session, development runs 11-13, chunk_fwd README).
+struct PrepPlan {
+  int64_t ctas = 0;
+  bool handoff = false;
+  int32_t keeper_sms = 0;
+  int32_t exit_item = 0;
+};
+constexpr int64_t kMinKeeperSms = 8;
+constexpr int64_t kMinHandoffChunks = 64;
+constexpr double kPrepItemSmUs = 2.87;
+constexpr double kScanChunkUs = 1.77;
+
+PrepPlan plan_prep(const Dims& d, const ScanPlan& scan, int64_t slots, int sms) {
+  PrepPlan plan;
+  // Every prep path has the same occupancy (traits.h).
+  constexpr int kCtasPerSm =
+      chunk_forward::PrepTraits<128, chunk_forward::kKernelChunk,
+                                chunk_forward::PrepPath::kGeneric>::kMinBlocks;
+  const int64_t items = slots * d.HV;
+  const int64_t chains = d.N * d.HV, chunks = (d.T + d.BT - 1) / d.BT;
+  if (d.varlen || d.K != 128 || d.V != 128 || scan.nseg > 1 || scan.vsplit != 1 ||
+      chains > sms - kMinKeeperSms || chunks < kMinHandoffChunks) {
+    return plan;
+  }
+  plan.handoff = true;
+  plan.ctas = std::min<int64_t>(items, int64_t{kCtasPerSm} * sms);
+  plan.keeper_sms = static_cast<int32_t>(sms - chains);
+  const double rest = static_cast<double>(plan.keeper_sms) * static_cast<double>(chunks) *
+                      kScanChunkUs / kPrepItemSmUs;
+  plan.exit_item = static_cast<int32_t>(std::max(0.0, static_cast<double>(items) - rest));
+  return plan;
+}
+
 // The workspace table (params.h): byte offsets of every buffer, each 128-byte aligned.
 struct WorkspaceLayout {
   int64_t slots = 0;  // chunk slots: exact for dense, an upper bound for varlen
   ScanPlan plan;
+  PrepPlan prep;
+  size_t handoff = 0, handoff_bytes = 0;  // claims (128 bytes), then ready; zeroed per call
   size_t chunk_offsets = 0, chunk_table = 0, seq_order = 0, h_offsets = 0, ke = 0, qg = 0, ka = 0,
          kgT = 0, aqk = 0, tinv = 0, v_img = 0;
   size_t gamma = 0;
@@ -191,6 +235,9 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
   L.seg_state = take(segs * d.K * (d.V + d.K) * int64_t{sizeof(float)});
   L.seg_init = take(segs * d.K * d.V * int64_t{sizeof(float)});
+  L.prep = plan_prep(d, L.plan, L.slots, sms);
+  L.handoff_bytes = L.prep.handoff ? kWsAlign + d.HV * L.slots * sizeof(uint32_t) : 0;
+  L.handoff = take(static_cast<int64_t>(L.handoff_bytes));
   L.bytes = at;
   return L;
 }
@@ -312,6 +359,13 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   if (p.nseg > 1) {
     p.seg_state = reinterpret_cast<float*>(base + L.seg_state);
     p.seg_init = reinterpret_cast<float*>(base + L.seg_init);
+  }
+  p.prep_ctas = static_cast<int32_t>(L.prep.ctas);
+  if (L.prep.handoff) {
+    p.keeper_sms = L.prep.keeper_sms;
+    p.exit_item = L.prep.exit_item;
+    p.claims = reinterpret_cast<uint32_t*>(base + L.handoff);
+    p.ready = reinterpret_cast<uint32_t*>(base + L.handoff + kWsAlign);
   }
   return p;
 }
@@ -441,6 +495,11 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     OPENKDA_RETURN_IF_ERROR(
         cuda_status(chunk_forward::launch_chunk_index<chunk_forward::kIndexThreads>(p, s), kOp,
                     "launch of openkda_fwd_chunk_index_kernel"));
+  }
+  if (L.prep.handoff) {  // the hand-off's claims and ready marks start at 0 on every call
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(cudaMemsetAsync(static_cast<char*>(ws.data) + L.handoff, 0, L.handoff_bytes, s),
+                    kOp, "hand-off marks = 0"));
   }
   if (p.slots > 0 && p.tokens > 0) {
     OPENKDA_RETURN_IF_ERROR(cuda_status(prep_launcher(d.K, chunk_forward::prep_path_of(p))(p, s),

@@ -49,6 +49,8 @@
 //   seg_state     [N, HV, nseg, K, V + K]  time split only: segment s's zero-start final state
 //                 Z_s (columns < V) and transition M_s (columns V + m), segments.cuh
 //   seg_init      [N, HV, nseg, K, V]      time split only: the state entering segment s >= 1
+//   claims, ready [2] u32, [HV, slots] u32  prep / scan hand-off only (handoff.cuh): the next item
+//                                           and the keepers; every tile's ready mark
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a plain struct: no driver call here)
@@ -165,6 +167,13 @@ struct ChunkFwdParams {
   // in nseg segments of seg_chunks (the last may be shorter). nseg = 1: one segment of all chunks.
   int32_t nseg = 1;
   int64_t seg_chunks = 0;
+
+  // ---- the prep / scan hand-off (handoff.cuh; launch.cu: plan_prep; set only with it) ----
+  int32_t prep_ctas = 0;       // the persistent prep grid
+  int32_t keeper_sms = 0;      // hand-off: CTAs on multiprocessors %smid < keeper_sms keep going
+  int32_t exit_item = 0;       // hand-off: the others stop after their first item >= exit_item
+  uint32_t* claims = nullptr;  // hand-off: [2] u32 (next item, keepers registered)
+  uint32_t* ready = nullptr;   // hand-off: [HV, slots] u32 (tile order), 1 once a tile is stored
 
   // ---- workspace ----
   int32_t* chunk_offsets = nullptr;  // varlen only

@@ -65,7 +65,8 @@ struct PrepTraits {
   //                      -> Tinv = (I + A_kk)^-1
   //   sBeta [kBT]        beta (post-activation; 0 on rows past the sequence)
   //   sScr  [kScratch]   the block-inverse products P_rc
-  //   bar   [kBarFloats] the mbarrier of the input boxes (inputs_by_tensor_map, params.h)
+  //   bar   [kBarFloats] the mbarrier of the input boxes (inputs_by_tensor_map, params.h), then
+  //                      the hand-off's two claimed items (int32, kOffItem; handoff.cuh)
   // With inputs_by_tensor_map the rows of q, k and g first land as dense boxes [kBT][kK] of their
   // dtype (2 or 4 bytes) at the start of sQ, sK and sG (each 128-byte aligned, kAlign); every
   // thread reads its values into registers and, after a block barrier, writes the f32 rows over
@@ -78,7 +79,8 @@ struct PrepTraits {
   static constexpr int kOffScr = kOffBeta + kBT;
   static constexpr int kScratch = (kNB - 1) * kSubChunk * kSubChunk;
   static constexpr int kOffBar = kOffScr + kScratch;
-  static constexpr int kBarFloats = 4;  // one 8-byte mbarrier, keeping 16-byte alignment
+  static constexpr int kBarFloats = 4;  // one 8-byte mbarrier, two int32 items (16-byte aligned)
+  static constexpr int kOffItem = kOffBar + 2;
   static constexpr int kSmemFloats = kOffBar + kBarFloats;
   // The TMA destinations need a 128-byte aligned base: the kernel rounds the dynamic shared
   // memory's base up, within kAlign bytes of slack.
@@ -152,6 +154,8 @@ struct ScanTraits {
   //     16-bit v, 128-byte swizzled: 1024-byte aligned).
   //   bar [4] at bar_offset(vs): the mbarriers of the bulk copies into WQ buffers 0 and 1 and
   //     REST buffers 0 and 1 (kernels.cuh; WQ buffer 1's is unused with one WQ buffer).
+  //   ready [1] int at ready_offset(vs): the hand-off scan's tiles known ready (handoff.cuh;
+  //     its launch adds 8 bytes to smem_bytes).
   // Sizes at K = 128: 147 KB at vs = 128 (two WQ buffers), 99 KB for the 4-warp output CTA (one),
   // 91 KB for the transition CTA (two WQ buffers of sKe alone).
   static constexpr int kOffKe = 0;  // within a WQ buffer
@@ -183,6 +187,7 @@ struct ScanTraits {
   }
   // mbarriers: WQ buffers 0 and 1, then REST buffers 0 and 1.
   OPENKDA_HOST_DEVICE static constexpr int bar_offset(int vs) { return rest_offset(2, vs); }
+  OPENKDA_HOST_DEVICE static constexpr int ready_offset(int vs) { return bar_offset(vs) + 4 * 8; }
   OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs) {
     return static_cast<size_t>(kAlign + bar_offset(vs) + 4 * 8);
   }
