@@ -1,5 +1,5 @@
 // The prep / scan hand-off: the prep and the scan of one call run at the same time, on different
-// multiprocessors, where the scan alone would leave some of them idle (launch.cu: plan_handoff;
+// multiprocessors, where the scan alone would leave some of them idle (launch.cu: plan_prep;
 // dense batches whose N HV state chains take one 8-warp scan CTA each with multiprocessors to
 // spare, e.g. B = 1, HV = 96: 96 scan CTAs on 132 multiprocessors). Without it the scan starts
 // when the last prep CTA ends and 36 multiprocessors idle through the whole scan.
@@ -25,7 +25,8 @@
 // the outputs stay bitwise reproducible. The claims use atomics; no result is reduced by them.
 // Workspace (launch.cu: WorkspaceLayout::handoff, zeroed on the stream before the prep):
 //   claims [2] u32 (next item, keepers), ready [HV, slots] u32 (tile order).
-// Shared memory: the prep's two claimed-item slots next to its mbarrier (PrepTraits: bar).
+// Shared memory: the prep's two claimed-item slots next to its mbarrier (PrepTraits: bar); the
+// scan's count of tiles known ready, after its mbarriers (ScanTraits::ready_offset).
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,8 @@
 //                                   (and an f32 copy of an f32 / f64 v) -> workspace;
 //                                   varlen: o = 0 on the padding rows; three compiled
 //                                   paths (traits.h: PrepPath)
-//                                          grid (prep_ctas) over slots * HV items, hv fastest
+//                                  grid (slots * HV), hv fastest; with the hand-off prep_ctas
+//                                  persistent CTAs over the same items (handoff.cuh)
 //   openkda_fwd_scan_kernel         stages 4-5 per (sequence, value head, segment, V slice): h
 //                                   snapshots, v_new = Tinv' (v - ke S), o, state update,
 //                                   final state
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) openkda_fwd_chunk_index_kernel(const
 //                                   sScr = P_rc); qg, ke, kg, gamma -> workspace (free warps)
 //   WY factor                       Tinv' = Tinv diag(beta) -> workspace; v -> workspace (with
 //                                   the hand-off the next item's input boxes land in sQ, sK, sG)
+
 // Stages 1-3 of one (chunk, value head): its input boxes (inputs_by_tensor_map) are issued before,
 // on phase `parity` of the mbarrier `bar`. `at_mid` runs after the block barrier past the last
 // reads of sQ, sK and sG. (The tiles come as separate pointers: a struct of them cost 16 more
