@@ -71,6 +71,7 @@ def run_core(op: str, device: torch.device, tensors: dict, options: dict) -> Non
     (``<op>_run``) validates, asks for the workspace (a torch uint8 tensor on ``device``) and runs;
     ops without a workspace call ``<op>`` directly.
     """
+    # The same test as _ops._c, inlined: a function call per tensor costs host time on every op.
     capsules = {
         n: None if t is None else to_dlpack(
             t if not t.requires_grad and t.is_contiguous() else t.detach().contiguous())

@@ -519,6 +519,13 @@ def _handoff_applies(case: Case) -> bool:
             and sms // 2 < case.B * case.HV <= sms - 8)
 
 
+def _uses_handoff(case: Case, inputs: dict) -> bool:
+    """Whether the call took the hand-off: only it zeroes marks on the stream (a memset)."""
+    args, kw = chunk_call(inputs, case)
+    names = _kernel_names(lambda: openkda.chunk_kda(*args, **kw))
+    return any("Memset" in n for n in names)
+
+
 def _kernel_spans(fn) -> dict:
     """{'prep' | 'scan': (first start, last end)} in us of one profiled call of fn."""
     from torch.profiler import ProfilerActivity, profile
@@ -537,8 +544,21 @@ def _kernel_spans(fn) -> dict:
 @pytest.mark.parametrize("case", params(HANDOFF))
 def test_handoff(case):
     assert _handoff_applies(case)
-    _check_case(case)
-    _check_case(case, want_h=True)
+    inputs = _cuda_inputs(case)
+    assert _uses_handoff(case, inputs)
+    _check_case(case, inputs=inputs)
+    _check_case(case, want_h=True, inputs=inputs)
+
+
+def test_handoff_only_with_idle_multiprocessors():
+    """No hand-off where the scan's CTAs fill the SMs (128 chains: two 4-warp CTAs per chain),
+    for varlen, or at K = 64."""
+    for case in (_case(B=2, T=2048, H=64, HV=64, K=128, V=128, gate="lb", safe_gate=True,
+                       l2norm=True),
+                 _case(T=2048, cu_seqlens=(0, 2048), H=96, HV=96, K=128, V=128),
+                 _case(B=1, T=2048, H=96, HV=96, K=64, V=128)):
+        assert not _handoff_applies(case)
+        assert not _uses_handoff(case, _cuda_inputs(case)), case.id
 
 
 def test_handoff_overlaps_deterministic_causal():

@@ -435,8 +435,7 @@ cudaError_t launch_scan_pass(const ChunkFwdParams& p, int64_t slices, cudaStream
   using Tr = ScanTraits<kK, kBT, kTransition, kF16Keys, kIo>;
   const auto kernel =
       openkda_fwd_scan_kernel<kK, kBT, kWarps, kTransition, kHandoff, kF16Keys, kIo>;
-  // The hand-off's 8 more bytes: sReady after the mbarriers (ScanTraits::ready_offset).
-  constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps)) + (kHandoff ? 8 : 0);
+  constexpr int kSmem = static_cast<int>(Tr::smem_bytes(16 * kWarps, kHandoff));
   const cudaError_t err = set_max_dynamic_smem_once<
       ScanKernelTag<kK, kBT, kWarps, kTransition, kHandoff, kF16Keys, kIo>>(kernel, kSmem);
   if (err != cudaSuccess) return err;

@@ -155,7 +155,7 @@ struct ScanTraits {
   //   bar [4] at bar_offset(vs): the mbarriers of the bulk copies into WQ buffers 0 and 1 and
   //     REST buffers 0 and 1 (kernels.cuh; WQ buffer 1's is unused with one WQ buffer).
   //   ready [1] int at ready_offset(vs): the hand-off scan's tiles known ready (handoff.cuh;
-  //     its launch adds 8 bytes to smem_bytes).
+  //     smem_bytes(vs, true): 8 bytes more).
   // Sizes at K = 128: 147 KB at vs = 128 (two WQ buffers), 99 KB for the 4-warp output CTA (one),
   // 91 KB for the transition CTA (two WQ buffers of sKe alone).
   static constexpr int kOffKe = 0;  // within a WQ buffer
@@ -188,8 +188,8 @@ struct ScanTraits {
   // mbarriers: WQ buffers 0 and 1, then REST buffers 0 and 1.
   OPENKDA_HOST_DEVICE static constexpr int bar_offset(int vs) { return rest_offset(2, vs); }
   OPENKDA_HOST_DEVICE static constexpr int ready_offset(int vs) { return bar_offset(vs) + 4 * 8; }
-  OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs) {
-    return static_cast<size_t>(kAlign + bar_offset(vs) + 4 * 8);
+  OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs, bool handoff = false) {
+    return static_cast<size_t>(kAlign + ready_offset(vs) + (handoff ? 8 : 0));
   }
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
@@ -202,7 +202,7 @@ struct ScanTraits {
   static_assert(rest_bytes(64) % 1024 == 0 && rest_bytes(128) % 1024 == 0 &&
                     bar_offset(64) % 8 == 0 && bar_offset(128) % 8 == 0,
                 "1024-byte aligned REST buffers, 8-byte aligned mbarriers");
-  static_assert(smem_bytes(128) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
+  static_assert(smem_bytes(128, true) <= kMaxDynamicSmem, "shared memory plan exceeds 227 KB");
   static_assert(2 * (smem_bytes(64) + 1024) <= 228 * 1024,
                 "two 4-warp CTAs per multiprocessor (1 KB reserved per CTA)");
 };
