@@ -5,15 +5,16 @@ dt_bias), q/k l2norm and beta sigmoid in the kernel, an f32 initial state in and
 out ([N, HV, V, K], the model layer's state_v_first layout).
 
 For each case it reports the median ms over --repeat timed calls (CUDA events around each call,
-after --warmup untimed calls), the memory floor (the bytes of q, k, v, g, beta, o and the two
-states at the device-to-device copy bandwidth measured in the same run), FLA 0.6.0's chunk_kda in
-the same run when ``fla`` imports, the issue's bar, and the accuracy of o and of the final state of
-both implementations: rel-RMS against the float64 per-token recurrence of
-tests/python/reference.py on the same (bf16-rounded) inputs (--no-accuracy skips it; about 1 s per
-case at T = 8192, H = 96 and 10 s at T = 65536 on the H200).
+synchronised per call, after --warmup-ms of untimed calls) with its p10-p90 spread, the memory
+floor (the bytes of q, k, v, g, beta, o and the two states at the device-to-device copy bandwidth
+measured in the same run), FLA 0.6.0's chunk_kda in the same run when ``fla`` imports, the issue's
+bar, and the accuracy of o and of the final state of both implementations: rel-RMS against the
+float64 per-token recurrence of tests/python/reference.py on the same (bf16-rounded) inputs
+(--no-accuracy skips it; about 1 s per case at T = 8192, H = 96 and 10 s at T = 65536 on the
+H200).
 
     python benchmarks/bench_chunk_fwd.py                       # table on stdout
-    python benchmarks/bench_chunk_fwd.py --quick               # fewer timed calls
+    python benchmarks/bench_chunk_fwd.py --quick               # shorter warm-up, fewer calls
     python benchmarks/bench_chunk_fwd.py --markdown benchmarks/results/h200-$(date +%F).md
         # also writes the table there and a plot next to it (.png, when matplotlib imports)
 
@@ -115,10 +116,34 @@ def floor_bytes(case: BenchCase) -> int:
     return io + states
 
 
-def time_ms(fn, warmup: int, repeat: int) -> float:
-    for _ in range(warmup):
-        fn()
+class Timing:
+    """Per-call ms of the timed calls: the median (what the table reports) and p10 / p90."""
+
+    def __init__(self, times: list):
+        ordered = sorted(times)
+        self.calls = len(ordered)
+        self.median = statistics.median(ordered)
+        self.p10 = ordered[(self.calls - 1) // 10]
+        self.p90 = ordered[self.calls - 1 - (self.calls - 1) // 10]
+
+    def spread(self) -> str:
+        return f"p10-p90 {self.p10:.3f}-{self.p90:.3f} over {self.calls} calls"
+
+
+def time_ms(fn, warmup_ms: float, repeat: int) -> Timing:
+    """Timing of fn over `repeat` calls, each between two CUDA events and synchronised (so each
+    starts on an idle GPU and its host time counts), after untimed warm-up calls: one call (module
+    load; FLA autotunes there), then more until warmup_ms of wall time have passed since it ended.
+    A fixed handful of warm-up calls was too few: right after an idle stretch (the previous case's
+    CPU reference, the input generation) the calls of a case ran up to 0.14 ms slower for a while,
+    and a median of 11 calls sometimes fell inside that stretch (twenty-ninth session, development
+    run 14, chunk_fwd README)."""
+    fn()
     torch.cuda.synchronize()
+    t_end = time.perf_counter() + warmup_ms * 1e-3
+    while time.perf_counter() < t_end:
+        fn()
+        torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
         start = torch.cuda.Event(enable_timing=True)
@@ -128,7 +153,7 @@ def time_ms(fn, warmup: int, repeat: int) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return Timing(times)
 
 
 def kernel_split(fn) -> str:
@@ -157,13 +182,13 @@ def kernel_split(fn) -> str:
         return f"kernel split unavailable ({type(exc).__name__})"
 
 
-def copy_bandwidth(warmup: int, repeat: int) -> float:
+def copy_bandwidth(warmup_ms: float, repeat: int) -> float:
     """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), 1 GiB buffers."""
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     src.fill_(1)
-    ms = time_ms(lambda: dst.copy_(src), warmup, repeat)
+    ms = time_ms(lambda: dst.copy_(src), warmup_ms, repeat).median
     del src, dst
     torch.cuda.empty_cache()
     return 2 * n / (ms * 1e-3)
@@ -207,10 +232,10 @@ def run(args) -> tuple:
     import openkda
 
     if args.quick:
-        args.warmup, args.repeat = 3, 11
+        args.warmup_ms, args.repeat = 100.0, 51
     fla_fn, fla_version = (None, None) if args.no_fla else load_fla()
     t_start = time.perf_counter()
-    bandwidth = copy_bandwidth(args.warmup, args.repeat)
+    bandwidth = copy_bandwidth(args.warmup_ms, args.repeat)
     print(f"# copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)", file=sys.stderr,
           flush=True)
     rows = []
@@ -221,12 +246,16 @@ def run(args) -> tuple:
         kw["chunk_size"] = args.chunk_size
         with torch.inference_mode():
             ours_fn = lambda: openkda.chunk_kda(*pos, **kw)  # noqa: E731
-            ours = time_ms(ours_fn, args.warmup, args.repeat)
-            row = dict(case=case.name, openkda_ms=ours, floor_ms=floor_bytes(case) / bandwidth * 1e3,
+            timing = time_ms(ours_fn, args.warmup_ms, args.repeat)
+            ours = timing.median
+            row = dict(case=case.name, openkda_ms=ours,
+                       spread=f"{timing.p10:.3f}-{timing.p90:.3f}",
+                       floor_ms=floor_bytes(case) / bandwidth * 1e3,
                        fla_ms=None, bar_ms=case.bar_ms, acc=None, fla_acc=None)
             split = "" if args.no_kernels else kernel_split(ours_fn)
-            print(f"# {case.name}: openkda {ours:.3f} ms (floor {row['floor_ms']:.3f}, bar "
-                  f"{case.bar_ms:.1f})" + (f" [{split}]" if split else "") +
+            print(f"# {case.name}: openkda {ours:.3f} ms ({timing.spread()}; floor "
+                  f"{row['floor_ms']:.3f}, bar {case.bar_ms:.1f})" +
+                  (f" [{split}]" if split else "") +
                   f"  t={time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
             ref = None if args.no_accuracy else reference_outputs(pos, kw)
             if ref is not None:
@@ -237,13 +266,14 @@ def run(args) -> tuple:
                                        or any(s in case.name for s in args.fla_cases)):
                 call = lambda: fla_fn(*pos, **kw)  # noqa: E731  (A_log, dt_bias via **kwargs)
                 try:
-                    # FLA autotunes once per shape: its first call(s) are the warm-up.
-                    row["fla_ms"] = time_ms(call, max(args.warmup, 1), args.repeat)
+                    # FLA autotunes once per shape, in the first warm-up call.
+                    fla_timing = time_ms(call, args.warmup_ms, args.repeat)
+                    row["fla_ms"] = fla_timing.median
                     if ref is not None:
                         row["fla_acc"] = accuracy(ref, call())
                     acc = (f", rel-RMS vs float64: o {row['fla_acc'][0]:.2e}, final state "
                            f"{row['fla_acc'][1]:.2e}" if row["fla_acc"] else "")
-                    print(f"#   fla {row['fla_ms']:.3f} ms, speed-up "
+                    print(f"#   fla {row['fla_ms']:.3f} ms ({fla_timing.spread()}), speed-up "
                           f"{row['fla_ms'] / ours:.2f}x{acc}"
                           f"  t={time.perf_counter() - t_start:.0f}s", file=sys.stderr,
                           flush=True)
@@ -256,7 +286,7 @@ def run(args) -> tuple:
     return rows, bandwidth, fla_version
 
 
-def markdown(rows, bandwidth, fla_version) -> str:
+def markdown(rows, bandwidth, fla_version, warmup_ms: float, repeat: int) -> str:
     props = torch.cuda.get_device_properties(0)
     lines = [
         f"# chunk_kda forward, {props.name}, {datetime.date.today().isoformat()}",
@@ -266,13 +296,14 @@ def markdown(rows, bandwidth, fla_version) -> str:
         f"host {platform.node()}",
         "",
         "bf16, K = V = 128, safe gate (lower_bound = -5) + q/k l2norm + beta sigmoid in kernel, "
-        "f32 state in and out. Median of the timed calls (CUDA events). Accuracy: rel-RMS of o / of "
+        f"f32 state in and out. Median of {repeat} timed calls (CUDA events, synchronised per "
+        f"call) after {warmup_ms:.0f} ms of warm-up calls. Accuracy: rel-RMS of o / of "
         "the final state against the float64 recurrence on the same inputs (o is bf16, so its "
         "rounding alone costs ~1.6e-3).",
         "",
-        "| case | OpenKDA ms | FLA ms | speed-up | floor ms | OpenKDA / floor | bar ms | meets bar "
-        "| OpenKDA o / state rel-RMS | FLA o / state rel-RMS |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| case | OpenKDA ms | OpenKDA p10-p90 ms | FLA ms | speed-up | floor ms | OpenKDA / floor "
+        "| bar ms | meets bar | OpenKDA o / state rel-RMS | FLA o / state rel-RMS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def acc(a):
@@ -282,7 +313,8 @@ def markdown(rows, bandwidth, fla_version) -> str:
         fla = f"{r['fla_ms']:.3f}" if r["fla_ms"] else "-"
         speed = f"{r['fla_ms'] / r['openkda_ms']:.2f}x" if r["fla_ms"] else "-"
         lines.append(
-            f"| {r['case']} | {r['openkda_ms']:.3f} | {fla} | {speed} | {r['floor_ms']:.3f} | "
+            f"| {r['case']} | {r['openkda_ms']:.3f} | {r['spread']} | {fla} | {speed} | "
+            f"{r['floor_ms']:.3f} | "
             f"{r['openkda_ms'] / r['floor_ms']:.1f}x | {r['bar_ms']:.1f} | "
             f"{'yes' if r['openkda_ms'] <= r['bar_ms'] else 'no'} | {acc(r['acc'])} | "
             f"{acc(r['fla_acc'])} |")
@@ -318,10 +350,14 @@ def plot(rows, path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--warmup-ms", type=float, default=200.0,
+                        help="wall time of untimed warm-up calls per implementation and case, "
+                             "after the first call")
+    parser.add_argument("--repeat", type=int, default=201, help="timed calls per implementation "
+                        "and case")
     parser.add_argument("--quick", action="store_true",
-                        help="3 warm-up calls and 11 timed calls per implementation and case")
+                        help="100 ms of warm-up calls and 51 timed calls per implementation and "
+                             "case")
     parser.add_argument("--no-kernels", action="store_true",
                         help="skip the per-kernel split (one torch.profiler call per case)")
     parser.add_argument("--cases", nargs="*", default=None,
@@ -342,7 +378,7 @@ def main() -> int:
         print("CUDA is not available", file=sys.stderr)
         return 1
     rows, bandwidth, fla_version = run(args)
-    table = markdown(rows, bandwidth, fla_version)
+    table = markdown(rows, bandwidth, fla_version, args.warmup_ms, args.repeat)
     print(table)
     if args.markdown:
         os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
