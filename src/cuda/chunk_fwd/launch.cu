@@ -475,6 +475,13 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     return Status::Ok();
   }
   ChunkFwdParams p = make_params(a, d, L, ws);
+  // varlen: the chunk index first, before the host encodes the prep's tensor maps (it reads none):
+  // with the GPU idle at the call, the host time before the first kernel is exposed latency.
+  if (d.varlen) {
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(chunk_forward::launch_chunk_index<chunk_forward::kIndexThreads>(p, s), kOp,
+                    "launch of openkda_fwd_chunk_index_kernel"));
+  }
   if (d.inputs_by_tma && p.tokens > 0) {  // the prep's boxes of q, k ([tokens, H K]), g
     // x viewed as [tokens, heads K] rows of its dtype, boxes of BT rows x K columns.
     const auto encode_input = [&](CUtensorMap* map, const TensorRef& x, int64_t heads,
@@ -491,11 +498,6 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     OPENKDA_RETURN_IF_ERROR(encode_input(&p.g_map, a.g, d.HV, "tensor map of g"));
   }
 
-  if (d.varlen) {
-    OPENKDA_RETURN_IF_ERROR(
-        cuda_status(chunk_forward::launch_chunk_index<chunk_forward::kIndexThreads>(p, s), kOp,
-                    "launch of openkda_fwd_chunk_index_kernel"));
-  }
   if (L.prep.handoff) {  // the hand-off's claims and ready marks start at 0 on every call
     OPENKDA_RETURN_IF_ERROR(
         cuda_status(cudaMemsetAsync(static_cast<char*>(ws.data) + L.handoff, 0, L.handoff_bytes, s),
