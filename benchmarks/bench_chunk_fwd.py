@@ -135,10 +135,9 @@ def time_ms(fn, warmup_ms: float, repeat: int) -> Timing:
     """Timing of fn over `repeat` calls, each between two CUDA events and synchronised (so each
     starts on an idle GPU and its host time counts), after untimed warm-up calls: one call (module
     load; FLA autotunes there), then more until warmup_ms of wall time have passed since it ended.
-    A fixed handful of warm-up calls was too few: right after an idle stretch (the previous case's
-    CPU reference, the input generation) the calls of a case ran up to 0.14 ms slower for a while,
-    and a median of 11 calls sometimes fell inside that stretch (twenty-ninth session, development
-    run 14, chunk_fwd README)."""
+    A fixed handful was too few: in the twenty-ninth session's development run 14 the median of
+    11 calls after 3 warm-up calls sometimes came out 0.07-0.14 ms above the median of 200 calls
+    after 10 (chunk_fwd README)."""
     fn()
     torch.cuda.synchronize()
     t_end = time.perf_counter() + warmup_ms * 1e-3
@@ -243,10 +242,10 @@ def run(args) -> tuple:
              if not args.cases or any(sel in case.name for sel in args.cases)]
     # Phase 1: OpenKDA's timings, case after case, before anything else runs. The float64
     # reference (seconds of CPU work per case) and FLA (autotuning ~90 s per new shape) come after
-    # them: in the GPU checks of the twenty-ninth and thirtieth sessions the OpenKDA cases timed
-    # after FLA's autotuning and the reference of the case before ran 0.01-0.09 ms slower, with
-    # spreads up to 10x wider, than in development runs of the same build without them (the
-    # case timed first matched them).
+    # them: in the thirtieth session's first GPU check the OpenKDA cases timed after FLA's
+    # autotuning and the reference of the case before ran 0.005-0.09 ms slower, with p10-p90
+    # spreads up to 5x wider, than in development runs of the same build without them (the case
+    # timed first matched them; chunk_fwd README), as varlen6 had in the twenty-ninth's.
     rows = []
     for case in cases:
         pos, kw = make_inputs(case)
