@@ -42,7 +42,7 @@ foreach(K 64 128)
     endforeach()
   endforeach()
   # chunk_kda forward: prep kernel per K (it never reads v) and path (traits.h: PrepPath), at the
-  # kernels' chunk length (launch.cu: kKernelChunk = 32)
+  # kernels' chunk length (plan.h: kKernelChunk = 32)
   foreach(PREP_PATH kGeneric kSafeBF16 kSafeF16)
     openkda_instantiate(chunk_fwd_prep_k${K}_bt32_${PREP_PATH} cuda/chunk_fwd/kernels.cuh
                         "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, 32, ${PREP_PATH})")

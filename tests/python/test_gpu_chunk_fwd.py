@@ -303,7 +303,7 @@ def test_varlen_decreasing_device_cu_seqlens_stays_in_bounds():
     slots): o is unspecified there, but the op completes without a CUDA error (the chunk offsets
     are capped at the slots; compute-sanitizer memcheck sees no access outside the buffers), and
     the rows no sequence covers are 0."""
-    T, BT, cu = 300, 32, (5, 290, 10, 295)  # BT: the kernels' chunk (launch.cu kKernelChunk)
+    T, BT, cu = 300, 32, (5, 290, 10, 295)  # BT: the kernels' chunk (plan.h kKernelChunk)
     # As the kernels clamp them: [5, 290), [290, 290), [10, 295).
     spans = [(5, 290), (290, 290), (10, 295)]
     chunks = sum((b - a + BT - 1) // BT for a, b in spans)
@@ -361,7 +361,7 @@ def test_intermediate_states_varlen_h(case):
 
 
 # ---- chunk_size sets where h is taken, nothing else ----------------------------------------------
-# The kernels always work in 32-token chunks (launch.cu kKernelChunk): at chunk_size 64 they take h
+# The kernels always work in 32-token chunks (plan.h kKernelChunk): at chunk_size 64 they take h
 # every second chunk (varlen: h_offsets, next to chunk_offsets). So o and the final state are
 # bitwise the same at 32 and 64, and h at 64 is every second h at 32 of each sequence.
 
@@ -502,7 +502,7 @@ def test_time_split_causal_and_deterministic():
 # ---- the prep / scan hand-off (src/cuda/chunk_fwd/handoff.cuh) ----------------------------------
 # Dense batches at K = V = 128 with N HV chains in (SMs / 2, SMs - 8] (one 8-warp scan CTA each,
 # multiprocessors to spare) and >= 64 kernel chunks: the prep runs as a persistent grid beside the
-# scan, which waits on every tile's ready mark (launch.cu: plan_prep).
+# scan, which waits on every tile's ready mark (plan.h: plan_prep).
 
 HANDOFF = [
     _case(B=1, T=2048, H=96, HV=96, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,

@@ -98,7 +98,7 @@ struct ChunkCoord {
 };
 
 // chunk_table entries: t0 << kChunkEntryShift | nv (the kernels' chunk has at most 63 rows:
-// launch.cu's kKernelChunk); 0, nv = 0, for a slot past the last chunk.
+// plan.h's kKernelChunk); 0, nv = 0, for a slot past the last chunk.
 constexpr int kChunkEntryShift = 6;
 
 // Rows of chunk c of sequence n (nv <= 0 when the sequence has no chunk c).

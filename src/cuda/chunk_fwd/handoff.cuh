@@ -1,5 +1,5 @@
 // The prep / scan hand-off: the prep and the scan of one call run at the same time, on different
-// multiprocessors, where the scan alone would leave some of them idle (launch.cu: plan_prep;
+// multiprocessors, where the scan alone would leave some of them idle (plan.h: plan_prep;
 // dense batches whose N HV state chains take one 8-warp scan CTA each with multiprocessors to
 // spare, e.g. B = 1, HV = 96: 96 scan CTAs on 132 multiprocessors). Without it the scan starts
 // when the last prep CTA ends and 36 multiprocessors idle through the whole scan.

@@ -129,7 +129,7 @@ __device__ __forceinline__ void prep_chunk(const ChunkFwdParams& p, const ChunkC
 
 // kHandoff = false: CTA blockIdx.x = slot * HV + hv (value heads vary fastest along the grid: the
 // CTAs resident together read the same tokens' q, k, g and v rows, so their loads fall on the same
-// DRAM pages and share q / k rows under GQA). kHandoff = true (dense only, launch.cu: plan_prep):
+// DRAM pages and share q / k rows under GQA). kHandoff = true (dense only, plan.h: plan_prep):
 // prep_ctas persistent CTAs claim the items slot * HV + hv in that order and mark each one ready
 // for the scan beside them (handoff.cuh); each claims its next item while the current one runs and
 // issues its input boxes once sQ, sK and sG are free.
@@ -409,7 +409,7 @@ cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream) {
 }
 
 // grid: slots * HV CTAs, or prep_ctas persistent ones with the hand-off (K = 128 only:
-// launch.cu's plan_prep).
+// plan.h's plan_prep).
 template <int kK, int kBT, bool kHandoff, PrepPath kPath>
 cudaError_t launch_prep_kernel(const ChunkFwdParams& p, int64_t ctas, cudaStream_t stream) {
   using Tr = PrepTraits<kK, kBT, kPath>;
@@ -471,9 +471,9 @@ cudaError_t launch_combine(const ChunkFwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// vs in {64, 128} (launch.cu's plan_scan): 4 or 8 warps. With a time split (nseg > 1, vs = 64) the
+// vs in {64, 128} (plan.h's plan_scan): 4 or 8 warps. With a time split (nseg > 1, vs = 64) the
 // transition and combine passes run first (segments.cuh).
-// With the hand-off (K = 128, vs = 128, one segment: launch.cu's plan_prep) the 8-warp scan that
+// With the hand-off (K = 128, vs = 128, one segment: plan.h's plan_prep) the 8-warp scan that
 // waits on the prep's ready marks.
 template <int kK, int kBT, bool kF16Keys, ScanIo kIo>
 cudaError_t launch_scan_passes(const ChunkFwdParams& p, cudaStream_t stream) {

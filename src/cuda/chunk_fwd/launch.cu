@@ -1,10 +1,10 @@
 // Host launcher of chunk_kda forward: ChunkFwdArgs -> ChunkFwdParams in one function
-// (make_params), the workspace table (workspace_layout, shared by sizing and carving), and the one
-// place where run-time K and V become compiled kernels (cmake/OpenkdaCuda.cmake).
+// (make_params), the workspace table (workspace_layout, shared by sizing and carving; it holds the
+// grid plans of plan.h), and the one place where run-time K and V become compiled kernels
+// (cmake/OpenkdaCuda.cmake).
 // No framework headers, no allocation, no host synchronisation.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -12,6 +12,7 @@
 #include "cuda/chunk_fwd/chunk_index.cuh"
 #include "cuda/chunk_fwd/launch_chunk_fwd.h"
 #include "cuda/chunk_fwd/params.h"
+#include "cuda/chunk_fwd/plan.h"
 #include "cuda/chunk_fwd/traits.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.cuh"
@@ -28,14 +29,6 @@ cudaError_t launch_prep(const ChunkFwdParams& p, cudaStream_t stream);
 template <int kK, int kBT>
 cudaError_t launch_scan(const ChunkFwdParams& p, cudaStream_t stream);
 
-// The kernels' chunk length, whatever the caller's chunk_size (32 or 64), which only sets where
-// the h snapshots are taken (every chunk_size / kKernelChunk kernel chunks): the outputs are the
-// same function of the inputs at any chunk length, and the prep's shared memory at 32 tokens
-// (56 KB at K = 128) lets four of its 256-thread CTAs share a multiprocessor (one at 64
-// tokens: 123 KB). Measured on the H200 (bench_chunk_fwd --no-fla --quick, one run, the same
-// kernels at both lengths): B = 1, T = 8192, H = 96 2.74 -> 2.14 ms (prep 1.76 -> 1.18 ms, scan
-// 0.89 -> 0.87 ms); B = 1, T = 65536, H = 16 4.85 -> 4.26 ms.
-constexpr int kKernelChunk = 32;
 static_assert(kKernelChunk < (1 << kChunkEntryShift),
               "chunk_table packs nv in kChunkEntryShift bits");
 }  // namespace chunk_forward
@@ -44,6 +37,10 @@ namespace {
 
 using chunk_forward::ChunkFwdParams;
 using chunk_forward::GateMode;
+using chunk_forward::plan_prep;
+using chunk_forward::plan_scan;
+using chunk_forward::PrepPlan;
+using chunk_forward::ScanPlan;
 using LaunchFn = cudaError_t (*)(const ChunkFwdParams&, cudaStream_t);
 
 constexpr const char* kOp = "chunk_kda";
@@ -52,11 +49,10 @@ constexpr size_t kWsAlign = 128;
 // then stay below 2^109 (intra.cuh).
 constexpr double kAnchoredDiagMinLowerBound = -5.0;
 
-struct Dims {
-  int64_t B = 0, T = 0, H = 0, K = 0, HV = 0, V = 0, N = 0;
-  int64_t BT = chunk_forward::kKernelChunk;  // the kernels' chunk
-  int64_t h_BT = 64;                         // the caller's chunk_size: h's chunk
-  bool varlen = false;
+// The call's sizes: the plans' (plan.h: N, HV, K, V, T, BT, varlen) and the rest.
+struct Dims : chunk_forward::PlanShape {
+  int64_t B = 0, H = 0;
+  int64_t h_BT = 64;           // the caller's chunk_size: h's chunk
   bool h = false;              // h snapshots requested
   bool v_map = false;          // the scan reads v by tensor-map boxes (params.h)
   bool inputs_by_tma = false;  // the prep reads q, k and g by tensor-map boxes (params.h)
@@ -100,98 +96,6 @@ int device_sms() {
     return 132;
   }
   return sms;
-}
-
-// How the scan covers the state chains: `vsplit` CTAs of vs = V / vsplit value columns per chain
-// and segment, and `nseg` segments of `seg_chunks` chunks per sequence (the time split of
-// segments.cuh; nseg = 1 without it).
-//
-// V split: every warp owns 16 value columns and does the same work per chunk whatever the split,
-// so splitting only pays while it spreads warps over idle multiprocessors: 4 warps (vs = 64, one
-// per SM sub-partition) when two CTAs per state still fit one wave of one CTA per multiprocessor
-// (the scan's shared memory allows one), else 8 warps (vs = 128, no split). Never fewer than 4
-// warps: a CTA's tile loads are shared by its warps. (Measured on the H200 at B = 1, T = 65536,
-// H = 16: one warp per CTA, vs = 16, 128 CTAs, makes the scan 1.56x slower than 4 warps, vs = 64,
-// 32 CTAs.)
-//
-// Time split (dense only: the segment grid needs every sequence's chunk count on the host): when
-// the chains at vs = 64 fill at most half of the multiprocessors, as many segments as keep one
-// wave of output CTAs at kSplitCtasPerSm per multiprocessor, each of at least kMinSegmentChunks
-// chunks (the transition and combine passes cost ~1.5 plain chunk steps per segment chunk, so
-// short segments do not pay).
-constexpr int64_t kMinSegmentChunks = 16;
-// The output pass's 4-warp CTAs (254 registers, 99 KB of shared memory at BT = 32, K = 128) fit
-// two per multiprocessor, and its serial chunk steps are latency-bound, so two co-resident CTAs
-// with half the chunks each finish sooner than one with all of them.
-constexpr int64_t kSplitCtasPerSm = 2;
-static_assert(kSplitCtasPerSm *
-                      (chunk_forward::ScanTraits<128, chunk_forward::kKernelChunk>::smem_bytes(64) +
-                       1024) <=
-                  228 * 1024,
-              "kSplitCtasPerSm 4-warp output CTAs per SM (1 KB reserved per CTA) at K = 128");
-
-struct ScanPlan {
-  int vsplit = 1;
-  int nseg = 1;
-  int64_t seg_chunks = 0;
-};
-
-ScanPlan plan_scan(const Dims& d, int sms) {
-  ScanPlan plan;
-  const int64_t chains = d.N * d.HV;
-  plan.vsplit = (d.V == 128 && chains * 2 <= sms) ? 2 : 1;
-  const int64_t chunks = (d.T + d.BT - 1) / d.BT;
-  if (d.varlen || chains == 0 || chunks == 0) return plan;
-  const int64_t ctas = chains * (d.V / 64);  // output CTAs per segment at vs = 64
-  if (2 * ctas > sms) return plan;
-  const int64_t nseg = std::min<int64_t>(kSplitCtasPerSm * sms / ctas, chunks / kMinSegmentChunks);
-  if (nseg < 2) return plan;
-  plan.vsplit = static_cast<int>(d.V / 64);
-  plan.seg_chunks = (chunks + nseg - 1) / nseg;
-  plan.nseg = static_cast<int>((chunks + plan.seg_chunks - 1) / plan.seg_chunks);
-  return plan;
-}
-
-// The prep / scan hand-off (handoff.cuh), taken where the scan's CTAs (one 8-warp CTA per state
-// chain: V = 128, vsplit 1, one segment) leave at least kMinKeeperSms multiprocessors idle, for
-// dense batches of at least kMinHandoffChunks chunks, at K = V = 128 (where its timing model was
-// measured). The prep then runs as kMinBlocks persistent CTAs per multiprocessor (prep_ctas); its
-// keepers are as many multiprocessors as the scan leaves, and the others stop claiming at
-// exit_item, chosen so that the keepers take the remaining items in about the scan's time, at
-// kPrepItemSmUs us of one multiprocessor per item and kScanChunkUs us per chunk of the scan beside
-// the prep (H200, K = V = 128, the bf16 serving path at B = 1, T = 8192, HV = 96: the persistent
-// prep's items cost ~3 % more than one CTA per item, and the scan runs ~8 % slower beside it;
-// twenty-ninth session, development runs 11-13, chunk_fwd README).
-struct PrepPlan {
-  int64_t ctas = 0;
-  bool handoff = false;
-  int32_t keeper_sms = 0;
-  int32_t exit_item = 0;
-};
-constexpr int64_t kMinKeeperSms = 8;
-constexpr int64_t kMinHandoffChunks = 64;
-constexpr double kPrepItemSmUs = 2.87;
-constexpr double kScanChunkUs = 1.77;
-
-PrepPlan plan_prep(const Dims& d, const ScanPlan& scan, int64_t slots, int sms) {
-  PrepPlan plan;
-  // Every prep path has the same occupancy (traits.h).
-  constexpr int kCtasPerSm =
-      chunk_forward::PrepTraits<128, chunk_forward::kKernelChunk,
-                                chunk_forward::PrepPath::kGeneric>::kMinBlocks;
-  const int64_t items = slots * d.HV;
-  const int64_t chains = d.N * d.HV, chunks = (d.T + d.BT - 1) / d.BT;
-  if (d.varlen || d.K != 128 || d.V != 128 || scan.nseg > 1 || scan.vsplit != 1 ||
-      chains > sms - kMinKeeperSms || chunks < kMinHandoffChunks) {
-    return plan;
-  }
-  plan.handoff = true;
-  plan.ctas = std::min<int64_t>(items, int64_t{kCtasPerSm} * sms);
-  plan.keeper_sms = static_cast<int32_t>(sms - chains);
-  const double rest = static_cast<double>(plan.keeper_sms) * static_cast<double>(chunks) *
-                      kScanChunkUs / kPrepItemSmUs;
-  plan.exit_item = static_cast<int32_t>(std::max(0.0, static_cast<double>(items) - rest));
-  return plan;
 }
 
 // The workspace table (params.h): byte offsets of every buffer, each 128-byte aligned.

@@ -27,7 +27,7 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& args);
 // whole 32-row tiles: ~70 KB per slot and head at K = V = 128; the varlen chunk tables; the time
 // split's segment states); depends on the shapes, on whether h is requested, and on the current
 // device's SM count (the time split's plan), never on device data. The kernels' chunk is BT = 32
-// whatever args.chunk_size (launch.cu: kKernelChunk). With varlen the slot count is the bound
+// whatever args.chunk_size (plan.h: kKernelChunk). With varlen the slot count is the bound
 // floor((T + N (BT - 1)) / BT), so short sequences cost more than their tokens: each takes whole
 // slots (N = T one-token sequences: 32x the workspace of one sequence of T tokens). For args that
 // pass chunk_fwd_can_implement (the core's workspace_bytes checks them first).

@@ -168,7 +168,7 @@ struct ChunkFwdParams {
   int32_t nseg = 1;
   int64_t seg_chunks = 0;
 
-  // ---- the prep / scan hand-off (handoff.cuh; launch.cu: plan_prep; set only with it) ----
+  // ---- the prep / scan hand-off (handoff.cuh; plan.h: plan_prep; set only with it) ----
   int32_t prep_ctas = 0;       // the persistent prep grid
   int32_t keeper_sms = 0;      // hand-off: CTAs on multiprocessors %smid < keeper_sms keep going
   int32_t exit_item = 0;       // hand-off: the others stop after their first item >= exit_item

@@ -41,7 +41,7 @@ struct PrepTraits {
   static constexpr PrepPath kPath = kPath_;
   static constexpr bool kSafePath = kPath != PrepPath::kGeneric;
   // NOTE: the prep's phases are short, serial and latency-bound, so what counts is how many
-  // independent CTAs share a multiprocessor. At BT = 32 (launch.cu's kKernelChunk, the only length
+  // independent CTAs share a multiprocessor. At BT = 32 (plan.h's kKernelChunk, the only length
   // instantiated) the plan is 56 KB at K = 128, so four CTAs of 8 warps fit in shared memory, at
   // <= 64 registers (four CTAs ran 3-6 % faster than three at <= 80 registers: tenth and eleventh
   // sessions, development A/Bs). A 64-token prep (123 KB, one CTA per multiprocessor) ran best at

@@ -1,0 +1,131 @@
+// The CUDA forward's grid plans (src/cuda/chunk_fwd/plan.h), at chosen multiprocessor counts:
+// plan_scan's V split and time split, and plan_prep's prep / scan hand-off (taken only where the
+// scan's one 8-warp CTA per state chain leaves multiprocessors idle, at K = V = 128, dense, with
+// enough chunks), its persistent grid, keepers and exit item. Host-side plain C++; the GPU tests
+// (tests/python/test_gpu_chunk_fwd.py: test_handoff*) check on the H200 that the kernels take the
+// hand-off where these plans say.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "cuda/chunk_fwd/plan.h"
+
+namespace {
+
+using openkda::cuda::chunk_forward::kKernelChunk;
+using openkda::cuda::chunk_forward::plan_prep;
+using openkda::cuda::chunk_forward::plan_scan;
+using openkda::cuda::chunk_forward::PlanShape;
+using openkda::cuda::chunk_forward::PrepPlan;
+using openkda::cuda::chunk_forward::ScanPlan;
+
+constexpr int kH200Sms = 132;
+
+PlanShape dense(int64_t B, int64_t T, int64_t HV, int64_t K = 128, int64_t V = 128) {
+  PlanShape s;
+  s.N = B;
+  s.T = T;
+  s.HV = HV;
+  s.K = K;
+  s.V = V;
+  return s;
+}
+
+PlanShape varlen(int64_t N, int64_t total_tokens, int64_t HV) {
+  PlanShape s = dense(1, total_tokens, HV);
+  s.N = N;
+  s.varlen = true;
+  return s;
+}
+
+int64_t dense_slots(const PlanShape& s) {
+  return s.N * ((s.T + s.BT - 1) / s.BT);
+}
+
+PrepPlan prep_of(const PlanShape& s, int sms = kH200Sms) {
+  return plan_prep(s, plan_scan(s, sms), dense_slots(s), sms);
+}
+
+TEST(ChunkFwdPlan, KernelChunkIs32) {
+  EXPECT_EQ(kKernelChunk, 32);
+}
+
+TEST(ChunkFwdPlan, ScanSplitsVWhileTwoCtasPerChainFitOneWave) {
+  // The cases on 132 multiprocessors.
+  const ScanPlan h96 = plan_scan(dense(1, 8192, 96), kH200Sms);
+  EXPECT_EQ(h96.vsplit, 1);
+  EXPECT_EQ(h96.nseg, 1);
+  const ScanPlan h64 = plan_scan(dense(1, 8192, 64), kH200Sms);
+  EXPECT_EQ(h64.vsplit, 2);
+  EXPECT_EQ(h64.nseg, 1);
+  EXPECT_EQ(plan_scan(dense(1, 8192, 66), kH200Sms).vsplit, 2);  // 132 CTAs: one wave
+  EXPECT_EQ(plan_scan(dense(1, 8192, 67), kH200Sms).vsplit, 1);  // 134: not
+  EXPECT_EQ(plan_scan(varlen(8, 8 * 4096, 32), kH200Sms).vsplit, 1);
+  EXPECT_EQ(plan_scan(dense(1, 8192, 64, 128, 64), kH200Sms).vsplit, 1);  // V = 64: no split
+}
+
+TEST(ChunkFwdPlan, TimeSplitForFewChainsOfDenseBatches) {
+  // B1-T65536-H16: 32 output CTAs at vs = 64; min(2 * 132 / 32, 2048 / 16) = 8 segments.
+  const ScanPlan p = plan_scan(dense(1, 65536, 16), kH200Sms);
+  EXPECT_EQ(p.vsplit, 2);
+  EXPECT_EQ(p.nseg, 8);
+  EXPECT_EQ(p.seg_chunks, 256);
+  // Segments of at least 16 chunks: T = 1024 (32 chunks) gives 2, T = 992 (31 chunks) none.
+  EXPECT_EQ(plan_scan(dense(1, 1024, 16), kH200Sms).nseg, 2);
+  EXPECT_EQ(plan_scan(dense(1, 992, 16), kH200Sms).nseg, 1);
+  // More than half the multiprocessors' worth of output CTAs (34 chains x 2 > 66): no split.
+  EXPECT_EQ(plan_scan(dense(1, 65536, 34), kH200Sms).nseg, 1);
+  EXPECT_EQ(plan_scan(dense(1, 65536, 33), kH200Sms).nseg, 4);
+  // varlen never splits in time (its chunk counts live on the device).
+  EXPECT_EQ(plan_scan(varlen(1, 65536, 16), kH200Sms).nseg, 1);
+}
+
+TEST(ChunkFwdPlan, HandoffAtH96WithItsKeepersAndExitItem) {
+  const PlanShape s = dense(1, 8192, 96);
+  const PrepPlan p = prep_of(s);
+  ASSERT_TRUE(p.handoff);
+  const int64_t items = 256 * 96;
+  EXPECT_EQ(p.ctas, 4 * kH200Sms);  // four persistent CTAs per multiprocessor
+  EXPECT_EQ(p.keeper_sms, kH200Sms - 96);
+  // items - keepers x chunks x 1.77 / 2.87 = 24576 - 36 x 256 x 0.6167 = 18892.
+  EXPECT_EQ(p.exit_item, 18892);
+  EXPECT_LT(p.exit_item, items);
+  EXPECT_GT(p.exit_item, items / 2);
+}
+
+TEST(ChunkFwdPlan, HandoffOnlyWhereTheScanLeavesMultiprocessorsIdle) {
+  // 67..124 chains on 132 multiprocessors (vsplit 1 from 67 on; at least 8 keepers).
+  EXPECT_FALSE(prep_of(dense(1, 8192, 66)).handoff);  // two 4-warp CTAs per chain
+  EXPECT_TRUE(prep_of(dense(1, 8192, 67)).handoff);
+  EXPECT_TRUE(prep_of(dense(1, 8192, 124)).handoff);
+  EXPECT_FALSE(prep_of(dense(1, 8192, 125)).handoff);  // fewer than 8 idle
+  EXPECT_FALSE(prep_of(dense(2, 8192, 64)).handoff);   // 128 chains
+  EXPECT_TRUE(prep_of(dense(2, 4096, 48)).handoff);    // 96 chains over two rows
+  // At least 64 chunks per sequence.
+  EXPECT_TRUE(prep_of(dense(1, 2048, 96)).handoff);
+  EXPECT_FALSE(prep_of(dense(1, 2016, 96)).handoff);
+  // K = V = 128 only, dense only.
+  EXPECT_FALSE(prep_of(dense(1, 8192, 96, 64, 128)).handoff);
+  EXPECT_FALSE(prep_of(dense(1, 8192, 96, 128, 64)).handoff);
+  const PlanShape v = varlen(6, 8192, 96);
+  EXPECT_FALSE(plan_prep(v, plan_scan(v, kH200Sms), 8192 / 32 + 6, kH200Sms).handoff);
+  // Another multiprocessor count moves the window: 114 (H100 PCIe) takes 58..106 chains.
+  EXPECT_TRUE(prep_of(dense(1, 8192, 96), 114).handoff);
+  EXPECT_FALSE(prep_of(dense(1, 8192, 107), 114).handoff);
+  EXPECT_FALSE(prep_of(dense(1, 8192, 57), 114).handoff);
+}
+
+TEST(ChunkFwdPlan, HandoffGridNeverExceedsItsItems) {
+  // 64 chunks x 67 heads = 4288 items: more than four per multiprocessor. With fewer items the
+  // grid has one CTA per item.
+  const PrepPlan p = prep_of(dense(1, 2048, 67));
+  ASSERT_TRUE(p.handoff);
+  EXPECT_EQ(p.ctas, 4 * kH200Sms);
+  const PlanShape s = dense(1, 2048, 96);
+  const PrepPlan small = plan_prep(s, plan_scan(s, kH200Sms), 4, kH200Sms);  // 4 slots x 96
+  ASSERT_TRUE(small.handoff);
+  EXPECT_EQ(small.ctas, 4 * 96);
+  EXPECT_GE(small.exit_item, 0);
+}
+
+}  // namespace
