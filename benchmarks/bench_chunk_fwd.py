@@ -389,6 +389,10 @@ def main() -> int:
     parser.add_argument("--plot", default=None,
                         help="plot path (default: the markdown path with .png)")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}; expected at least 1 timed call")
+    if args.warmup_ms < 0:
+        parser.error(f"--warmup-ms {args.warmup_ms}; expected >= 0")
     if not torch.cuda.is_available():
         print("CUDA is not available", file=sys.stderr)
         return 1

@@ -233,47 +233,35 @@ for shape, lb, dt in [((2, 33, 4, 64), None, torch.bfloat16), ((1, 37, 3, 100), 
         b = torch.randn(HV * K, device="cuda", requires_grad=True)
         y = openkda.fused_kda_gate(g, A, b, lower_bound=lb)
         y.backward(torch.randn_like(y))
-# chunk_kda forward: small varlen case with an initial state and intermediate states.
+# chunk_kda forward in the safe-gate serving configuration, each call with and without h
+# snapshots (the fixed-format scan kernels, ScanIo, run only without).
+serving = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+               use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0)
+def bf16(*shape):
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+def serving_calls(q, k, v, g, beta, h0, **kw):
+    for want_h in (True, False):
+        openkda.chunk_kda(q, k, v, g, beta, initial_state=h0,
+            A_log=torch.zeros(v.shape[2], device="cuda"), return_intermediate_states=want_h,
+            **serving, **kw)
+# small varlen case with an initial state
 cu = torch.tensor([0, 1, 70, 70, 133], dtype=torch.int32, device="cuda")
 T, H, HV, K, V = 133, 2, 4, 64, 64
-q, k = (torch.randn(1, T, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-v = torch.randn(1, T, HV, V, device="cuda", dtype=torch.bfloat16)
-g = torch.randn(1, T, HV, K, device="cuda", dtype=torch.bfloat16)
-beta = torch.randn(1, T, HV, device="cuda", dtype=torch.bfloat16)
+q, k, v, g, beta = bf16(1, T, H, K), bf16(1, T, H, K), bf16(1, T, HV, V), bf16(1, T, HV, K), \
+    bf16(1, T, HV)
 h0 = torch.randn(4, HV, K, V, device="cuda")
 with torch.inference_mode():
-    # with and without h snapshots: the fixed-format scan kernels (ScanIo) run only without
-    for want_h in (True, False):
-        openkda.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
-            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-            use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
-            A_log=torch.zeros(HV, device="cuda"), return_intermediate_states=want_h,
-            cu_seqlens=cu)
+    serving_calls(q, k, v, g, beta, h0, cu_seqlens=cu)
     # time split (dense, few chains, >= 32 chunks): transition, combine and output passes
     Ts = 2100
-    qs, ks = (torch.randn(1, Ts, 1, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    vs = torch.randn(1, Ts, 2, V, device="cuda", dtype=torch.bfloat16)
-    gs = torch.randn(1, Ts, 2, K, device="cuda", dtype=torch.bfloat16)
-    bs = torch.randn(1, Ts, 2, device="cuda", dtype=torch.bfloat16)
-    for want_h in (True, False):
-        openkda.chunk_kda(qs, ks, vs, gs, bs,
-            initial_state=torch.randn(1, 2, K, V, device="cuda"), output_final_state=True,
-            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-            use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
-            A_log=torch.zeros(2, device="cuda"), return_intermediate_states=want_h)
+    serving_calls(bf16(1, Ts, 1, K), bf16(1, Ts, 1, K), bf16(1, Ts, 2, V), bf16(1, Ts, 2, K),
+                  bf16(1, Ts, 2), torch.randn(1, 2, K, V, device="cuda"))
     # prep / scan hand-off (dense, K = V = 128, SMs / 2 < HV <= SMs - 8, 64 chunks): the
-    # persistent prep beside the scan, with and without h snapshots
+    # persistent prep beside the scan
     Hh, Th = torch.cuda.get_device_properties(0).multi_processor_count // 2 + 1, 2048
-    qh, kh = (torch.randn(1, Th, Hh, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    vh = torch.randn(1, Th, Hh, 128, device="cuda", dtype=torch.bfloat16)
-    gh = torch.randn(1, Th, Hh, 128, device="cuda", dtype=torch.bfloat16)
-    bh = torch.randn(1, Th, Hh, device="cuda", dtype=torch.bfloat16)
-    for want_h in (True, False):
-        openkda.chunk_kda(qh, kh, vh, gh, bh,
-            initial_state=torch.randn(1, Hh, 128, 128, device="cuda"), output_final_state=True,
-            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-            use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
-            A_log=torch.zeros(Hh, device="cuda"), return_intermediate_states=want_h)
+    serving_calls(bf16(1, Th, Hh, 128), bf16(1, Th, Hh, 128), bf16(1, Th, Hh, 128),
+                  bf16(1, Th, Hh, 128), bf16(1, Th, Hh),
+                  torch.randn(1, Hh, 128, 128, device="cuda"))
     # decode: state pool in place, 2 tokens per sequence
     pool = torch.randn(6, HV, K, V, device="cuda")
     idx = torch.tensor([[4, 1], [0, 5]], dtype=torch.int32, device="cuda")

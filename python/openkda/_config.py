@@ -59,24 +59,27 @@ def state_dtype(device: torch.device, precision: str) -> torch.dtype:
 _NO_WORKSPACE = frozenset({"recurrent_fwd", "gate_fwd"})
 
 
+def detached_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous view of t that does not require grad (what DLPack can export): t itself when it
+    already is one (detach costs ~1 us of host time per tensor), else ``t.detach().contiguous()``
+    (a copy for a strided tensor)."""
+    if not t.requires_grad and t.is_contiguous():
+        return t
+    return t.detach().contiguous()
+
+
 def run_core(op: str, device: torch.device, tensors: dict, options: dict) -> None:
     """Validates, allocates the workspace and runs one core op on the current stream.
 
     ``tensors`` maps the core's Args field names to tensors (or None). Each crosses as a DLPack
-    capsule of a contiguous view that does not require grad (DLPack cannot export one that does):
-    the tensor itself when it already is one, else ``.detach().contiguous()`` (a copy for a strided
-    tensor). The capsules are made by ``torch.utils.dlpack.to_dlpack`` (a C function): the binding
-    would otherwise call the Python ``Tensor.__dlpack__`` of every tensor, ~5 us each on the H200's
-    host, about half of the binding's host time per chunk_kda call. One binding call
-    (``<op>_run``) validates, asks for the workspace (a torch uint8 tensor on ``device``) and runs;
-    ops without a workspace call ``<op>`` directly.
+    capsule of ``detached_contiguous(t)``, made by ``torch.utils.dlpack.to_dlpack`` (a C
+    function): the binding would otherwise call the Python ``Tensor.__dlpack__`` of every tensor,
+    ~5 us each on the H200's host, about half of the binding's host time per chunk_kda call. One
+    binding call (``<op>_run``) validates, asks for the workspace (a torch uint8 tensor on
+    ``device``) and runs; ops without a workspace call ``<op>`` directly.
     """
-    # The same test as _ops._c, inlined: a function call per tensor costs host time on every op.
-    capsules = {
-        n: None if t is None else to_dlpack(
-            t if not t.requires_grad and t.is_contiguous() else t.detach().contiguous())
-        for n, t in tensors.items()
-    }
+    capsules = {n: None if t is None else to_dlpack(detached_contiguous(t))
+                for n, t in tensors.items()}
     if device.type == "cuda":
         # torch's raw current-stream query (what Triton and Inductor launch on): ~0.1 us, where
         # torch.cuda.current_stream() builds a Stream object (~5 us on the H200's host).

@@ -513,14 +513,10 @@ HANDOFF = [
 ]
 
 
-def _handoff_applies(case: Case) -> bool:
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return (case.cu_seqlens is None and case.K == case.V == 128 and case.T >= 64 * 32
-            and sms // 2 < case.B * case.HV <= sms - 8)
-
-
 def _uses_handoff(case: Case, inputs: dict) -> bool:
-    """Whether the call took the hand-off: only it zeroes marks on the stream (a memset)."""
+    """Whether the call took the hand-off: only it zeroes marks on the stream (a memset). (When
+    it is taken is plan.h's plan_prep, unit-tested at several SM counts in
+    tests/cpp/test_chunk_fwd_plan.cpp.)"""
     args, kw = chunk_call(inputs, case)
     names = _kernel_names(lambda: openkda.chunk_kda(*args, **kw))
     return any("Memset" in n for n in names)
@@ -543,7 +539,6 @@ def _kernel_spans(fn) -> dict:
 
 @pytest.mark.parametrize("case", params(HANDOFF))
 def test_handoff(case):
-    assert _handoff_applies(case)
     inputs = _cuda_inputs(case)
     assert _uses_handoff(case, inputs)
     _check_case(case, inputs=inputs)
@@ -557,7 +552,6 @@ def test_handoff_only_with_idle_multiprocessors():
                        l2norm=True),
                  _case(T=2048, cu_seqlens=(0, 2048), H=96, HV=96, K=128, V=128),
                  _case(B=1, T=2048, H=96, HV=96, K=64, V=128)):
-        assert not _handoff_applies(case)
         assert not _uses_handoff(case, _cuda_inputs(case)), case.id
 
 
@@ -759,12 +753,12 @@ def test_cuda_graph_capture_replay(mode):
                      l2norm=True, beta="sigmoid")
     elif mode == "handoff":
         case = HANDOFF[0]
-        assert _handoff_applies(case)
     else:
         case = _case(B=1, T=700, H=2, HV=4, K=128, V=128, cu_seqlens=(0, 0, 300, 301, 700),
                      gate="lb", safe_gate=True, l2norm=True, beta="sigmoid", cu_dtype="i32")
     inputs = _cuda_inputs(case)
     assert _uses_time_split(case, inputs) == (mode == "time_split")
+    assert _uses_handoff(case, inputs) == (mode == "handoff")
     args, kw = chunk_call(inputs, case)
     static = [a.clone() for a in args]
     o_eager, ht_eager = openkda.chunk_kda(*static, **kw)
