@@ -21,8 +21,9 @@ H200).
 Each case is printed (stderr) as soon as it is measured, with OpenKDA's per-kernel split (prep /
 scan, from one torch.profiler call; --no-kernels skips it). OpenKDA's cases are all timed first;
 the float64 references and FLA (its timings and its autotuning) run after them. FLA autotunes
-once per shape inside its warm-up calls, about 90 s per new shape on the H200 (--fla-cases limits
-FLA to some cases); without FLA the whole run takes well under a minute.
+once per shape inside its warm-up calls, about 70 s per new shape on the H200, or 4-6 s with
+Triton's autotune results cached on disk (scripts/gpu_check.sh unpacks benchmarks/fla_autotune/;
+--fla-cases limits FLA to some cases); without FLA the whole run takes well under a minute.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@
 #   6. checks     REQUIRED  benchmarks/bench_gate.py --check (fp64 reference, determinism)
 #   7. bench      optional  benchmarks/bench_gate.py (vs FLA when it imports; copy-bandwidth floor)
 #   8. bench_chunk optional benchmarks/bench_chunk_fwd.py (chunk_kda forward vs FLA; FLA's first
-#                           call per shape autotunes for about 90 s)
+#                           call per shape autotunes for about 70 s, or compiles the choices of
+#                           OPENKDA_FLA_AUTOTUNE in 4-6 s)
 #   9. bench_decode optional benchmarks/bench_decode.py (decode / verify, CUDA-graph replay)
 #  10. memcheck   optional  compute-sanitizer memcheck on small gate, varlen chunk_kda (with
 #                           initial and intermediate states), the time split, the prep / scan
@@ -31,6 +32,15 @@
 #   OPENKDA_BENCH_ARGS       extra bench_gate.py arguments (e.g. "--quick" or "--no-fla")
 #   OPENKDA_BENCH_CHUNK_ARGS extra bench_chunk_fwd.py arguments (e.g. "--fla-cases B1-T8192-H96")
 #   OPENKDA_COMMIT           commit id written into the reports when .git did not travel
+#   OPENKDA_FLA_AUTOTUNE     a tarball of Triton autotune results (*.autotune.json in Triton's
+#                            cache layout), unpacked into TRITON_CACHE_DIR before the steps
+#                            (default benchmarks/fla_autotune/h200-triton3.6-fla0.6.0.tgz; "none"
+#                            autotunes afresh). FLA 0.6.0 asks Triton to cache its autotune
+#                            results on disk (FLA_CACHE_RESULTS, set to 1 here), so FLA then runs
+#                            the configs chosen when the tarball was made instead of timing every
+#                            config again; a shape or a Triton without a cached result autotunes
+#                            as before. The run's results, old and new, go to
+#                            $OUT/fla-autotune.tgz
 #   OPENKDA_SKIP=...         space-separated step names to skip (e.g. "racecheck bench")
 #   OPENKDA_STEP_LIMITS=...  space-separated name=seconds time limits in place of the defaults
 #                            below (e.g. "bench_chunk=240 memcheck=60"); an optional step is
@@ -72,6 +82,13 @@ WHEELS="${OPENKDA_WHEELS:-}"
 GTEST_SRC="${OPENKDA_GTEST_SRC:-}"
 [[ -z "$GTEST_SRC" && -d .deps/googletest ]] && GTEST_SRC=".deps/googletest"
 GTEST_PREFIX=/tmp/openkda-gtest
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$HOME/.triton/cache}" FLA_CACHE_RESULTS=1
+FLA_AUTOTUNE="${OPENKDA_FLA_AUTOTUNE:-benchmarks/fla_autotune/h200-triton3.6-fla0.6.0.tgz}"
+if [[ $FLA_AUTOTUNE != none ]] \
+  && ! { mkdir -p "$TRITON_CACHE_DIR" && tar xzf "$FLA_AUTOTUNE" -C "$TRITON_CACHE_DIR"; }; then
+  echo "OPENKDA_FLA_AUTOTUNE: cannot unpack '$FLA_AUTOTUNE'" >&2
+  exit 2
+fi
 WITH_TESTS=OFF
 # Read by the step functions, which run in child shells.
 export PYTHON WHEELS GTEST_SRC GTEST_PREFIX BUILD_DIR WITH_TESTS
@@ -380,6 +397,9 @@ fi
   fi
 } >"$OUT/summary.md"
 rm -f "$OUT/env.txt"
+# FLA's autotune results for the next run to carry (OPENKDA_FLA_AUTOTUNE).
+(cd "$TRITON_CACHE_DIR" 2>/dev/null && find . -name '*.autotune.json' | sort >/tmp/openkda-autotune \
+  && [[ -s /tmp/openkda-autotune ]] && tar czf "$OUT/fla-autotune.tgz" -T /tmp/openkda-autotune)
 
 echo
 cat "$OUT/summary.md"
