@@ -5,7 +5,9 @@ dt_bias), q/k l2norm and beta sigmoid in the kernel, an f32 initial state in and
 out ([N, HV, V, K], the model layer's state_v_first layout).
 
 For each case it reports the median ms over --repeat timed calls (CUDA events around each call,
-synchronised per call, after --warmup-ms of untimed calls) with its p10-p90 spread, the memory
+synchronised per call, after --warmup-ms of untimed calls) with its p10-p90 spread and the calls'
+median host time, OpenKDA's median over the replays of a CUDA graph of one call (its GPU time
+without the host time before its first kernel; --no-graph skips it), the memory
 floor (the bytes of q, k, v, g, beta, o and the two states at the device-to-device copy bandwidth
 measured in the same run), FLA 0.6.0's chunk_kda in the same run when ``fla`` imports, the issue's
 bar, and the accuracy of o and of the final state of both implementations: rel-RMS against the
@@ -166,6 +168,33 @@ def time_ms(fn, warmup_ms: float, repeat: int) -> Timing:
     return Timing(times, host_us)
 
 
+def graph_time(fn, warmup_ms: float, repeat: int) -> Timing | None:
+    """fn's GPU time without the host time of its Python layer, binding and launches: fn captured
+    once into a CUDA graph (after two calls on the capture stream, which warm the allocator's
+    pools) and the graph's replays timed as time_ms times calls (the replay's own launch, ~10 us
+    of host time, is still inside each). None, with the reason printed, when fn cannot be
+    captured. Added after the thirty-first session's checks, in which the same kernels' calls
+    took 0.05 ms more than their graph replays on one machine and 0.09-0.17 ms more on another,
+    whose host was slower (chunk_fwd README)."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception as exc:  # noqa: BLE001  (any capture failure: report it, keep the run)
+        print(f"# CUDA graph capture failed: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+        return None
+    timing = time_ms(graph.replay, warmup_ms, repeat)
+    del graph
+    return timing
+
+
 def kernel_split(fn) -> str:
     """Per-kernel CUDA time of one call of fn (torch.profiler), e.g. 'prep 1.20 ms, scan 0.80 ms'."""
     try:
@@ -263,13 +292,16 @@ def run(args) -> tuple:
         with torch.inference_mode():
             ours_fn = lambda: openkda.chunk_kda(*pos, **kw)  # noqa: E731
             timing = time_ms(ours_fn, args.warmup_ms, args.repeat)
+            graph = None if args.no_graph else graph_time(ours_fn, args.warmup_ms, args.repeat)
             row = dict(case=case.name, openkda_ms=timing.median,
                        spread=f"{timing.p10:.3f}-{timing.p90:.3f}",
+                       graph_ms=graph.median if graph else None,
                        floor_ms=floor_bytes(case) / bandwidth * 1e3,
                        fla_ms=None, bar_ms=case.bar_ms, acc=None, fla_acc=None)
             split = "" if args.no_kernels else kernel_split(ours_fn)
         print(f"# {case.name}: openkda {timing.median:.3f} ms ({timing.spread()}; floor "
               f"{row['floor_ms']:.3f}, bar {case.bar_ms:.1f})" +
+              (f" graph {graph.median:.3f} ms ({graph.spread()})" if graph else "") +
               (f" [{split}]" if split else "") +
               f"  t={time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
         rows.append(row)
@@ -322,13 +354,16 @@ def markdown(rows, bandwidth, fla_version, warmup_ms: float, repeat: int) -> str
         "",
         "bf16, K = V = 128, safe gate (lower_bound = -5) + q/k l2norm + beta sigmoid in kernel, "
         f"f32 state in and out. Median of {repeat} timed calls (CUDA events, synchronised per "
-        f"call) after {warmup_ms:.0f} ms of warm-up calls. Accuracy: rel-RMS of o / of "
+        f"call) after {warmup_ms:.0f} ms of warm-up calls; OpenKDA graph ms: the same for the "
+        "replays of a CUDA graph of one call (the GPU's time without the call's host time "
+        "before its first kernel; the bars are read from OpenKDA ms). Accuracy: rel-RMS of o / of "
         "the final state against the float64 recurrence on the same inputs (o is bf16, so its "
         "rounding alone costs ~1.6e-3).",
         "",
-        "| case | OpenKDA ms | OpenKDA p10-p90 ms | FLA ms | speed-up | floor ms | OpenKDA / floor "
-        "| bar ms | meets bar | OpenKDA o / state rel-RMS | FLA o / state rel-RMS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| case | OpenKDA ms | OpenKDA p10-p90 ms | OpenKDA graph ms | FLA ms | speed-up | "
+        "floor ms | OpenKDA / floor | bar ms | meets bar | OpenKDA o / state rel-RMS | "
+        "FLA o / state rel-RMS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def acc(a):
@@ -337,8 +372,9 @@ def markdown(rows, bandwidth, fla_version, warmup_ms: float, repeat: int) -> str
     for r in rows:
         fla = f"{r['fla_ms']:.3f}" if r["fla_ms"] else "-"
         speed = f"{r['fla_ms'] / r['openkda_ms']:.2f}x" if r["fla_ms"] else "-"
+        graph = f"{r['graph_ms']:.3f}" if r["graph_ms"] else "-"
         lines.append(
-            f"| {r['case']} | {r['openkda_ms']:.3f} | {r['spread']} | {fla} | {speed} | "
+            f"| {r['case']} | {r['openkda_ms']:.3f} | {r['spread']} | {graph} | {fla} | {speed} | "
             f"{r['floor_ms']:.3f} | "
             f"{r['openkda_ms'] / r['floor_ms']:.1f}x | {r['bar_ms']:.1f} | "
             f"{'yes' if r['openkda_ms'] <= r['bar_ms'] else 'no'} | {acc(r['acc'])} | "
@@ -388,13 +424,15 @@ def main() -> int:
     parser.add_argument("--cases", nargs="*", default=None,
                         help="substrings of case names to run (default: all)")
     parser.add_argument("--no-fla", action="store_true", help="skip FLA even when it imports")
+    parser.add_argument("--no-graph", action="store_true",
+                        help="skip the CUDA-graph replay timing of OpenKDA's calls")
     parser.add_argument("--no-accuracy", action="store_true",
                         help="skip the float64 reference (the accuracy columns)")
     parser.add_argument("--chunk-size", type=int, default=64, choices=(32, 64),
                         help="chunk_size of both implementations' calls (the issue's cases: 64)")
     parser.add_argument("--fla-cases", nargs="*", default=None,
                         help="substrings of the case names FLA runs on (default: every case; "
-                             "FLA autotunes for about 90 s per new shape)")
+                             "FLA autotunes for about 70 s per new shape without cached results)")
     parser.add_argument("--markdown", default=None, help="write the markdown table to this path")
     parser.add_argument("--plot", default=None,
                         help="plot path (default: the markdown path with .png)")

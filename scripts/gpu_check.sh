@@ -398,7 +398,8 @@ fi
 } >"$OUT/summary.md"
 rm -f "$OUT/env.txt"
 # FLA's autotune results for the next run to carry (OPENKDA_FLA_AUTOTUNE).
-(cd "$TRITON_CACHE_DIR" 2>/dev/null && find . -name '*.autotune.json' | sort >/tmp/openkda-autotune \
+(cd "$TRITON_CACHE_DIR" 2>/dev/null \
+  && find . -name '*.autotune.json' | sort >/tmp/openkda-autotune \
   && [[ -s /tmp/openkda-autotune ]] && tar czf "$OUT/fla-autotune.tgz" -T /tmp/openkda-autotune)
 
 echo
