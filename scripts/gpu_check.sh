@@ -34,9 +34,9 @@
 #   OPENKDA_COMMIT           commit id written into the reports when .git did not travel
 #   OPENKDA_FLA_AUTOTUNE     a tarball of Triton autotune results (*.autotune.json in Triton's
 #                            cache layout), unpacked into TRITON_CACHE_DIR before the steps
-#                            (default benchmarks/fla_autotune/h200-triton3.6-fla0.6.0.tgz; "none"
-#                            autotunes afresh). FLA 0.6.0 asks Triton to cache its autotune
-#                            results on disk (FLA_CACHE_RESULTS, set to 1 here), so FLA then runs
+#                            (default benchmarks/fla_autotune/h200-triton3.6-fla0.6.0.tgz when it
+#                            exists; "none" autotunes afresh). FLA 0.6.0 asks Triton to cache its
+#                            autotune results on disk (FLA_CACHE_RESULTS, 1 unless set), so FLA runs
 #                            the configs chosen when the tarball was made instead of timing every
 #                            config again; a shape or a Triton without a cached result autotunes
 #                            as before. The run's results, old and new, go to
@@ -82,9 +82,12 @@ WHEELS="${OPENKDA_WHEELS:-}"
 GTEST_SRC="${OPENKDA_GTEST_SRC:-}"
 [[ -z "$GTEST_SRC" && -d .deps/googletest ]] && GTEST_SRC=".deps/googletest"
 GTEST_PREFIX=/tmp/openkda-gtest
-export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$HOME/.triton/cache}" FLA_CACHE_RESULTS=1
-FLA_AUTOTUNE="${OPENKDA_FLA_AUTOTUNE:-benchmarks/fla_autotune/h200-triton3.6-fla0.6.0.tgz}"
-if [[ $FLA_AUTOTUNE != none ]] \
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$HOME/.triton/cache}"
+export FLA_CACHE_RESULTS="${FLA_CACHE_RESULTS:-1}"
+FLA_AUTOTUNE="${OPENKDA_FLA_AUTOTUNE:-}"
+DEFAULT_FLA_AUTOTUNE=benchmarks/fla_autotune/h200-triton3.6-fla0.6.0.tgz
+[[ -z "$FLA_AUTOTUNE" && -f $DEFAULT_FLA_AUTOTUNE ]] && FLA_AUTOTUNE=$DEFAULT_FLA_AUTOTUNE
+if [[ -n $FLA_AUTOTUNE && $FLA_AUTOTUNE != none ]] \
   && ! { mkdir -p "$TRITON_CACHE_DIR" && tar xzf "$FLA_AUTOTUNE" -C "$TRITON_CACHE_DIR"; }; then
   echo "OPENKDA_FLA_AUTOTUNE: cannot unpack '$FLA_AUTOTUNE'" >&2
   exit 2
