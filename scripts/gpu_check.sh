@@ -16,12 +16,13 @@
 #   8. bench_chunk optional benchmarks/bench_chunk_fwd.py (chunk_kda forward vs FLA; FLA's first
 #                           call per shape autotunes for about 70 s, or compiles the choices of
 #                           OPENKDA_FLA_AUTOTUNE in 4-6 s)
-#   9. bench_decode optional benchmarks/bench_decode.py (decode / verify, CUDA-graph replay)
-#  10. memcheck   optional  compute-sanitizer memcheck on small gate, varlen chunk_kda (with
+#   9. host_time  optional  benchmarks/host_time.py (a chunk_kda call's host time, by part)
+#  10. bench_decode optional benchmarks/bench_decode.py (decode / verify, CUDA-graph replay)
+#  11. memcheck   optional  compute-sanitizer memcheck on small gate, varlen chunk_kda (with
 #                           initial and intermediate states), the time split, the prep / scan
 #                           hand-off, state-pool decode cases, and
 #                           malformed device-side cu_seqlens / state_indices (also with h)
-#  11. racecheck  optional  compute-sanitizer racecheck on the same cases
+#  12. racecheck  optional  compute-sanitizer racecheck on the same cases
 # Exit status: non-zero only when a REQUIRED step fails. Optional steps are skipped when the time
 # left before OPENKDA_GPU_CHECK_DEADLINE (seconds since start, default 540) is too short.
 #
@@ -340,6 +341,7 @@ if [[ ${STATUS[build]} == PASS ]]; then
   run_step bench_chunk optional 300 bench_chunk.log "$PYTHON" benchmarks/bench_chunk_fwd.py \
       --markdown "$OUT/chunk_fwd-h200.md" --plot "$OUT/chunk_fwd-h200.png" \
     ${OPENKDA_BENCH_CHUNK_ARGS:-}
+  run_step host_time optional 90 host_time.log "$PYTHON" benchmarks/host_time.py
   run_step bench_decode optional 150 bench_decode.log "$PYTHON" benchmarks/bench_decode.py \
       --markdown "$OUT/decode-h200.md"
   if command -v compute-sanitizer >/dev/null 2>&1; then
