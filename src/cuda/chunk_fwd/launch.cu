@@ -379,12 +379,19 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     return Status::Ok();
   }
   ChunkFwdParams p = make_params(a, d, L, ws);
-  // varlen: the chunk index first, before the host encodes the prep's tensor maps (it reads none):
-  // with the GPU idle at the call, the host time before the first kernel is exposed latency.
+  // The stream work before the prep that reads no tensor map goes first, before the host encodes
+  // the prep's maps (varlen: the chunk index; the hand-off, dense only: its marks' memset): with
+  // the GPU idle at the call, the host time before the first kernel is exposed latency, and the
+  // GPU runs this work meanwhile.
   if (d.varlen) {
     OPENKDA_RETURN_IF_ERROR(
         cuda_status(chunk_forward::launch_chunk_index<chunk_forward::kIndexThreads>(p, s), kOp,
                     "launch of openkda_fwd_chunk_index_kernel"));
+  }
+  if (L.prep.handoff) {  // the hand-off's claims and ready marks start at 0 on every call
+    OPENKDA_RETURN_IF_ERROR(
+        cuda_status(cudaMemsetAsync(static_cast<char*>(ws.data) + L.handoff, 0, L.handoff_bytes, s),
+                    kOp, "hand-off marks = 0"));
   }
   if (d.inputs_by_tma && p.tokens > 0) {  // the prep's boxes of q, k ([tokens, H K]), g
     // x viewed as [tokens, heads K] rows of its dtype, boxes of BT rows x K columns.
@@ -402,11 +409,6 @@ Status chunk_fwd(const ChunkFwdArgs& a, Workspace ws, Stream stream) {
     OPENKDA_RETURN_IF_ERROR(encode_input(&p.g_map, a.g, d.HV, "tensor map of g"));
   }
 
-  if (L.prep.handoff) {  // the hand-off's claims and ready marks start at 0 on every call
-    OPENKDA_RETURN_IF_ERROR(
-        cuda_status(cudaMemsetAsync(static_cast<char*>(ws.data) + L.handoff, 0, L.handoff_bytes, s),
-                    kOp, "hand-off marks = 0"));
-  }
   if (p.slots > 0 && p.tokens > 0) {
     OPENKDA_RETURN_IF_ERROR(cuda_status(prep_launcher(d.K, chunk_forward::prep_path_of(p))(p, s),
                                         kOp, "launch of openkda_fwd_prep_kernel"));
