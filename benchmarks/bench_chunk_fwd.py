@@ -168,24 +168,30 @@ def time_ms(fn, warmup_ms: float, repeat: int) -> Timing:
     return Timing(times, host_us)
 
 
+def captured(fn) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one call of fn, captured after two calls on the capture stream (which warm
+    the allocator's pools for it)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def graph_time(fn, warmup_ms: float, repeat: int) -> Timing | None:
-    """fn's GPU time without the host time of its Python layer, binding and launches: fn captured
-    once into a CUDA graph (after two calls on the capture stream, which warm the allocator's
-    pools) and the graph's replays timed as time_ms times calls (the replay's own launch, ~10 us
-    of host time, is still inside each). None, with the reason printed, when fn cannot be
+    """fn's GPU time without the host time of its Python layer, binding and launches: the replays
+    of a CUDA graph of one call (captured) timed as time_ms times calls (the replay's own launch,
+    ~10 us of host time, is still inside each). None, with the reason printed, when fn cannot be
     captured. Added after the thirty-first session's checks, in which the same kernels' calls
     took 0.05 ms more than their graph replays on one machine and 0.09-0.17 ms more on another,
     whose host was slower (chunk_fwd README)."""
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        graph = captured(fn)
     except Exception as exc:  # noqa: BLE001  (any capture failure: report it, keep the run)
         print(f"# CUDA graph capture failed: {type(exc).__name__}: {exc}", file=sys.stderr,
               flush=True)

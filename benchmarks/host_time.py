@@ -65,20 +65,6 @@ def event_us(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def captured(fn) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of one call of fn (after two calls on the capture stream)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def core_call(pos: list, kw: dict) -> tuple:
     """The (tensors, options) that one chunk_kda call hands to run_core."""
     seen = {}
@@ -123,7 +109,7 @@ def measure(case, repeat: int) -> dict:
     r["launch"] = tuple(a - b for a, b in zip(launch, r["capsules"]))
     r["workspace"] = host_us(allocate, repeat)
     r["torch_op"] = host_us(lambda: x.add_(1), repeat)
-    graph = captured(call)
+    graph = bench.captured(call)
     r["exposed"] = event_us(call, repeat) - event_us(graph.replay, repeat)
     del graph, workspace
     return r
