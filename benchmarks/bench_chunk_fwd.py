@@ -125,8 +125,8 @@ class Timing:
     median host time of the calls in us (from the call to its return: the Python layer, the
     binding and the launches), printed beside them. The call's own host time before its first
     kernel is part of its ms, as the GPU is idle when each call starts, so a slow host shows in
-    both (the thirty-first session's development run 17: calls 0.08-0.17 ms slower than in the
-    round before, with the same kernel durations in the profiler)."""
+    both (the thirty-first session's development run 17: calls 0.08-0.11 ms slower than in the
+    other rounds, with the same kernel durations in the profiler)."""
 
     def __init__(self, times: list, host_us: list):
         ordered = sorted(times)
@@ -188,8 +188,8 @@ def graph_time(fn, warmup_ms: float, repeat: int) -> Timing | None:
     of a CUDA graph of one call (captured) timed as time_ms times calls (the replay's own launch,
     ~10 us of host time, is still inside each). None, with the reason printed, when fn cannot be
     captured. Added after the thirty-first session's checks, in which the same kernels' calls
-    took 0.05 ms more than their graph replays on one machine and 0.09-0.17 ms more on another,
-    whose host was slower (chunk_fwd README)."""
+    took 0.05 ms more than their graph replays on one machine and 0.14-0.19 ms more on another,
+    whose host was slower (B1-T8192-H96 and varlen6; chunk_fwd README)."""
     try:
         graph = captured(fn)
     except Exception as exc:  # noqa: BLE001  (any capture failure: report it, keep the run)
