@@ -1,9 +1,9 @@
 """Host time of one openkda.chunk_kda call on CUDA, by part, on bench_chunk_fwd.py's cases.
 
 bench_chunk_fwd.py starts every timed call on an idle GPU, so the host time before a call's first
-kernel is part of its ms; on the H200 machines of the thirty-first session it was 0.05-0.17 ms of
-every call depending on the machine's host (chunk_fwd README). This splits it. Medians (p10) of
---repeat calls, each after a synchronise, in us:
+kernel is part of its ms; on the H200 machines of the thirty-first session it was 0.05-0.20 ms of
+every call depending on the machine's host (chunk_fwd README). This splits it. Medians of
+--repeat calls, each starting on an idle GPU (bench_chunk_fwd's time_ms), in us:
 
   call       openkda.chunk_kda, from the call to its return
   wrapper    the call with the core call (openkda._ops.run_core) skipped: the Python layer, its
@@ -16,7 +16,7 @@ every call depending on the machine's host (chunk_fwd README). This splits it. M
              layout, tensor-map encodes, the hand-off's memset and the launches
   workspace  the workspace's torch.empty and its capsule (what the binding's callback does)
   torch_op   one x.add_(1) on a 16-element CUDA tensor: the host's pace, for comparison
-and from CUDA events (medians of the same calls):
+and from CUDA events:
   exposed    the event-timed call less the event-timed replay of a CUDA graph of it: the host
              time before the first kernel, with the launch gaps
 
@@ -26,9 +26,7 @@ and from CUDA events (medians of the same calls):
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 from torch.utils.dlpack import to_dlpack
@@ -38,31 +36,10 @@ import openkda
 from openkda import _C, _config, _ops
 
 
-def host_us(fn, repeat: int) -> tuple:
-    """(median, p10) of fn's host time in us, each call after a synchronise."""
-    times = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    times.sort()
-    return statistics.median(times), times[(len(times) - 1) // 10]
-
-
-def event_us(fn, repeat: int) -> float:
-    """Median of fn's CUDA-event time in us, each call after a synchronise."""
-    times = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+def host_us(fn, repeat: int) -> float:
+    """Median host time of fn in us, each call starting on an idle GPU (bench_chunk_fwd's
+    time_ms, which also times it by CUDA events)."""
+    return bench.time_ms(fn, 0.0, repeat).host_us
 
 
 def core_call(pos: list, kw: dict) -> tuple:
@@ -102,15 +79,15 @@ def measure(case, repeat: int) -> dict:
     r["run_core"] = host_us(lambda: _config.run_core("chunk_fwd", device, tensors, options),
                             repeat)
     r["capsules"] = host_us(capsules, repeat)
-    parse = host_us(lambda: _C.chunk_fwd_workspace_bytes(capsules(), options), repeat)
-    launch = host_us(lambda: _C.chunk_fwd(capsules(), options, to_dlpack(workspace), stream),
-                     repeat)
-    r["parse"] = tuple(a - b for a, b in zip(parse, r["capsules"]))
-    r["launch"] = tuple(a - b for a, b in zip(launch, r["capsules"]))
+    r["parse"] = host_us(lambda: _C.chunk_fwd_workspace_bytes(capsules(), options),
+                         repeat) - r["capsules"]
+    r["launch"] = host_us(lambda: _C.chunk_fwd(capsules(), options, to_dlpack(workspace), stream),
+                          repeat) - r["capsules"]
     r["workspace"] = host_us(allocate, repeat)
     r["torch_op"] = host_us(lambda: x.add_(1), repeat)
     graph = bench.captured(call)
-    r["exposed"] = event_us(call, repeat) - event_us(graph.replay, repeat)
+    r["exposed"] = (bench.time_ms(call, 0.0, repeat).median -
+                    bench.time_ms(graph.replay, 0.0, repeat).median) * 1e3
     del graph, workspace
     return r
 
@@ -123,18 +100,19 @@ def main() -> int:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}; expected at least 1 call")
+    cases = [c for c in bench.CASES if not args.cases or any(s in c.name for s in args.cases)]
+    if not cases:
+        parser.error(f"--cases {' '.join(args.cases)}: no case matches; expected substrings of "
+                     + ", ".join(c.name for c in bench.CASES))
     if not torch.cuda.is_available():
         print("CUDA is not available", file=sys.stderr)
         return 1
-    print("host time per chunk_kda call, us: median (p10)")
+    print("host time per chunk_kda call, us: medians")
     with torch.inference_mode():
-        for case in bench.CASES:
-            if args.cases and not any(s in case.name for s in args.cases):
-                continue
+        for case in cases:
             r = measure(case, args.repeat)
-            print(f"{case.name:18s} " + "  ".join(
-                f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v[0]:.1f} ({v[1]:.1f})"
-                for k, v in r.items()), flush=True)
+            print(f"{case.name:18s} " + "  ".join(f"{k} {v:.1f}" for k, v in r.items()),
+                  flush=True)
             torch.cuda.empty_cache()
     return 0
 

@@ -91,6 +91,11 @@ def _check_rank(op: str, name: str, t: Optional[Tensor], ndim: int, layout: str)
 
 
 def _check_chunk_ranks(op: str, q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Optional[Tensor]):
+    """The ranks of q, k, v and cu_seqlens; the usual all-right case returns after one test (this
+    runs on every call's host path)."""
+    if q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and (
+            cu_seqlens is None or cu_seqlens.dim() == 1):
+        return
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
@@ -185,9 +190,7 @@ def chunk_fwd_direct(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
     exactly the keys of ``_CHUNK_OPTIONS`` (as the op schema types them), and the outputs that were
     not requested come back as None instead of empty placeholders (no allocation for them).
     Returns ``(o, final_state or None, h or None)``."""
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or (
-            cu_seqlens is not None and cu_seqlens.dim() != 1):
-        _check_chunk_ranks("chunk_kda", q, k, v, cu_seqlens)
+    _check_chunk_ranks("chunk_kda", q, k, v, cu_seqlens)
     o, final_state, h = _chunk_fwd_outputs(q, k, v, cu_seqlens, output_final_state, num_h_chunks,
                                            options["state_v_first"], options["precision"])
     run_core("chunk_fwd", q.device, dict(

@@ -12,12 +12,7 @@
 
 namespace {
 
-using openkda::cuda::chunk_forward::kKernelChunk;
-using openkda::cuda::chunk_forward::plan_prep;
-using openkda::cuda::chunk_forward::plan_scan;
-using openkda::cuda::chunk_forward::PlanShape;
-using openkda::cuda::chunk_forward::PrepPlan;
-using openkda::cuda::chunk_forward::ScanPlan;
+using namespace openkda::cuda::chunk_forward;  // NOLINT: the plans and their types (plan.h)
 
 constexpr int kH200Sms = 132;
 
