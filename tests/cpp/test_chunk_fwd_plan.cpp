@@ -1,7 +1,8 @@
 // The CUDA forward's grid plans (src/cuda/chunk_fwd/plan.h), at chosen multiprocessor counts:
 // plan_scan's V split and time split, and plan_prep's prep / scan hand-off (taken only where the
 // scan's one 8-warp CTA per state chain leaves multiprocessors idle, at K = V = 128, dense, with
-// enough chunks), its persistent grid, keepers and exit item. Host-side plain C++; the GPU tests
+// enough chunks; the scan then keeps 8 warps where it would otherwise split V), its persistent
+// grid, keepers and exit item. Host-side plain C++; the GPU tests
 // (tests/python/test_gpu_chunk_fwd.py: test_handoff*) check on the H200 that the kernels take the
 // hand-off where these plans say.
 #include <gtest/gtest.h>
@@ -50,13 +51,32 @@ TEST(ChunkFwdPlan, ScanSplitsVWhileTwoCtasPerChainFitOneWave) {
   const ScanPlan h96 = plan_scan(dense(1, 8192, 96), kH200Sms);
   EXPECT_EQ(h96.vsplit, 1);
   EXPECT_EQ(h96.nseg, 1);
-  const ScanPlan h64 = plan_scan(dense(1, 8192, 64), kH200Sms);
-  EXPECT_EQ(h64.vsplit, 2);
-  EXPECT_EQ(h64.nseg, 1);
-  EXPECT_EQ(plan_scan(dense(1, 8192, 66), kH200Sms).vsplit, 2);  // 132 CTAs: one wave
-  EXPECT_EQ(plan_scan(dense(1, 8192, 67), kH200Sms).vsplit, 1);  // 134: not
-  EXPECT_EQ(plan_scan(varlen(8, 8 * 4096, 32), kH200Sms).vsplit, 1);
+  EXPECT_EQ(plan_scan(varlen(8, 8 * 4096, 32), kH200Sms).vsplit, 1);  // 256 chains
+  EXPECT_EQ(plan_scan(varlen(2, 8192, 32), kH200Sms).vsplit, 2);      // 64 chains, no hand-off
+  // Dense calls the hand-off does not take: 63 chunks (T = 2016), or K = 64.
+  EXPECT_EQ(plan_scan(dense(1, 2016, 66), kH200Sms).vsplit, 2);  // 132 CTAs: one wave
+  EXPECT_EQ(plan_scan(dense(1, 2016, 67), kH200Sms).vsplit, 1);  // 134: not
+  EXPECT_EQ(plan_scan(dense(1, 8192, 64, 64, 128), kH200Sms).vsplit, 2);
   EXPECT_EQ(plan_scan(dense(1, 8192, 64, 128, 64), kH200Sms).vsplit, 1);  // V = 64: no split
+}
+
+TEST(ChunkFwdPlan, ScanKeepsEightWarpsWhereTheHandoffFits) {
+  // B1-T8192-H64: 64 chains would fit two 4-warp CTAs each in one wave, but the hand-off fits, so
+  // one 8-warp CTA per chain runs beside the prep on the other 68 multiprocessors.
+  const PlanShape h64 = dense(1, 8192, 64);
+  EXPECT_TRUE(handoff_fits(h64, kH200Sms));
+  const ScanPlan scan = plan_scan(h64, kH200Sms);
+  EXPECT_EQ(scan.vsplit, 1);
+  EXPECT_EQ(scan.nseg, 1);
+  const PrepPlan p = prep_of(h64);
+  ASSERT_TRUE(p.handoff);
+  EXPECT_EQ(p.keeper_sms, kH200Sms - 64);
+  // items - keepers x chunks x 1.77 / 2.87 = 16384 - 68 x 256 x 0.6167 = 5648.
+  EXPECT_EQ(p.exit_item, 5648);
+  // Few enough chains for the time split (33 x 2 x 2 <= 132): that takes the call instead.
+  EXPECT_TRUE(handoff_fits(dense(1, 8192, 33), kH200Sms));
+  EXPECT_EQ(plan_scan(dense(1, 8192, 33), kH200Sms).nseg, 4);
+  EXPECT_FALSE(prep_of(dense(1, 8192, 33)).handoff);
 }
 
 TEST(ChunkFwdPlan, TimeSplitForFewChainsOfDenseBatches) {
@@ -89,8 +109,10 @@ TEST(ChunkFwdPlan, HandoffAtH96WithItsKeepersAndExitItem) {
 }
 
 TEST(ChunkFwdPlan, HandoffOnlyWhereTheScanLeavesMultiprocessorsIdle) {
-  // 67..124 chains on 132 multiprocessors (vsplit 1 from 67 on; at least 8 keepers).
-  EXPECT_FALSE(prep_of(dense(1, 8192, 66)).handoff);  // two 4-warp CTAs per chain
+  // 34..124 chains on 132 multiprocessors (below 34 the time split; at least 8 keepers).
+  EXPECT_FALSE(prep_of(dense(1, 8192, 33)).handoff);
+  EXPECT_TRUE(prep_of(dense(1, 8192, 34)).handoff);
+  EXPECT_TRUE(prep_of(dense(1, 8192, 66)).handoff);
   EXPECT_TRUE(prep_of(dense(1, 8192, 67)).handoff);
   EXPECT_TRUE(prep_of(dense(1, 8192, 124)).handoff);
   EXPECT_FALSE(prep_of(dense(1, 8192, 125)).handoff);  // fewer than 8 idle
@@ -104,10 +126,11 @@ TEST(ChunkFwdPlan, HandoffOnlyWhereTheScanLeavesMultiprocessorsIdle) {
   EXPECT_FALSE(prep_of(dense(1, 8192, 96, 128, 64)).handoff);
   const PlanShape v = varlen(6, 8192, 96);
   EXPECT_FALSE(plan_prep(v, plan_scan(v, kH200Sms), 8192 / 32 + 6, kH200Sms).handoff);
-  // Another multiprocessor count moves the window: 114 (H100 PCIe) takes 58..106 chains.
+  // Another multiprocessor count moves the window: 114 (H100 PCIe) takes 29..106 chains.
   EXPECT_TRUE(prep_of(dense(1, 8192, 96), 114).handoff);
   EXPECT_FALSE(prep_of(dense(1, 8192, 107), 114).handoff);
-  EXPECT_FALSE(prep_of(dense(1, 8192, 57), 114).handoff);
+  EXPECT_TRUE(prep_of(dense(1, 8192, 29), 114).handoff);
+  EXPECT_FALSE(prep_of(dense(1, 8192, 28), 114).handoff);
 }
 
 TEST(ChunkFwdPlan, HandoffGridNeverExceedsItsItems) {

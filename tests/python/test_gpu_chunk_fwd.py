@@ -500,9 +500,10 @@ def test_time_split_causal_and_deterministic():
 
 
 # ---- the prep / scan hand-off (src/cuda/chunk_fwd/handoff.cuh) ----------------------------------
-# Dense batches at K = V = 128 with N HV chains in (SMs / 2, SMs - 8] (one 8-warp scan CTA each,
-# multiprocessors to spare) and >= 64 kernel chunks: the prep runs as a persistent grid beside the
-# scan, which waits on every tile's ready mark (plan.h: plan_prep).
+# Dense batches at K = V = 128 with N HV chains in (SMs / 4, SMs - 8] (one 8-warp scan CTA each,
+# multiprocessors to spare; fewer chains take the time split) and >= 64 kernel chunks: the prep
+# runs as a persistent grid beside the scan, which waits on every tile's ready mark (plan.h:
+# handoff_fits, plan_prep). Below SMs / 2 chains the scan would otherwise split V.
 
 HANDOFF = [
     _case(B=1, T=2048, H=96, HV=96, K=128, V=128, gate="lb", safe_gate=True, l2norm=True,
@@ -510,6 +511,7 @@ HANDOFF = [
     _case(B=2, T=2100, H=20, HV=40, K=128, V=128, gate="softplus", l2norm=True, beta="sigmoid",
           h0_dtype="bf16"),
     _case(B=1, T=2048, H=80, HV=80, K=128, V=128, dtype="f32", gate="lb", chunk_size=32),
+    _case(B=2, T=2048, H=8, HV=24, K=128, V=128, gate="softplus", l2norm=True, v_first=True),
 ]
 
 

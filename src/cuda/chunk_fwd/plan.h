@@ -44,7 +44,11 @@ struct PlanShape {
 // (the scan's shared memory allows one), else 8 warps (vs = 128, no split). Never fewer than 4
 // warps: a CTA's tile loads are shared by its warps. (Measured on the H200 at B = 1, T = 65536,
 // H = 16: one warp per CTA, vs = 16, 128 CTAs, makes the scan 1.56x slower than 4 warps, vs = 64,
-// 32 CTAs.)
+// 32 CTAs.) Where the prep / scan hand-off fits (handoff_fits, below) the scan keeps 8 warps even
+// so: beside the prep its chain steps are slower (~1.77 us against ~1.32 for a 4-warp V half
+// alone), but it no longer waits for the whole prep. Measured on the H200 at B = 1, T = 8192,
+// H = 64 (thirty-second session, development run 19; outputs bitwise equal): the call's CUDA-graph
+// replay 0.692-0.698 -> 0.606-0.608 ms.
 //
 // Time split (dense only: the segment grid needs every sequence's chunk count on the host): when
 // the chains at vs = 64 fill at most half of the multiprocessors, as many segments as keep one
@@ -60,6 +64,19 @@ static_assert(kSplitCtasPerSm * (ScanTraits<128, kKernelChunk>::smem_bytes(64) +
                   228 * 1024,
               "kSplitCtasPerSm 4-warp output CTAs per SM (1 KB reserved per CTA) at K = 128");
 
+// The prep / scan hand-off (handoff.cuh; plan_prep below) fits dense batches of at least
+// kMinHandoffChunks chunks at K = V = 128 (where its timing model was measured) whose scan, one
+// 8-warp CTA per state chain, leaves at least kMinKeeperSms multiprocessors to the prep. (Fewer
+// than about a quarter of the multiprocessors' chains take the time split instead: plan_scan.)
+constexpr int64_t kMinKeeperSms = 8;
+constexpr int64_t kMinHandoffChunks = 64;
+
+inline bool handoff_fits(const PlanShape& d, int sms) {
+  const int64_t chains = d.N * d.HV, chunks = (d.T + d.BT - 1) / d.BT;
+  return !d.varlen && d.K == 128 && d.V == 128 && chains <= sms - kMinKeeperSms &&
+         chunks >= kMinHandoffChunks;
+}
+
 struct ScanPlan {
   int vsplit = 1;
   int nseg = 1;
@@ -69,7 +86,7 @@ struct ScanPlan {
 inline ScanPlan plan_scan(const PlanShape& d, int sms) {
   ScanPlan plan;
   const int64_t chains = d.N * d.HV;
-  plan.vsplit = (d.V == 128 && chains * 2 <= sms) ? 2 : 1;
+  plan.vsplit = (d.V == 128 && chains * 2 <= sms && !handoff_fits(d, sms)) ? 2 : 1;
   const int64_t chunks = (d.T + d.BT - 1) / d.BT;
   if (d.varlen || chains == 0 || chunks == 0) return plan;
   const int64_t ctas = chains * (d.V / 64);  // output CTAs per segment at vs = 64
@@ -82,24 +99,21 @@ inline ScanPlan plan_scan(const PlanShape& d, int sms) {
   return plan;
 }
 
-// The prep / scan hand-off (handoff.cuh), taken where the scan's CTAs (one 8-warp CTA per state
-// chain: V = 128, vsplit 1, one segment) leave at least kMinKeeperSms multiprocessors idle, for
-// dense batches of at least kMinHandoffChunks chunks, at K = V = 128 (where its timing model was
-// measured). The prep then runs as kMinBlocks persistent CTAs per multiprocessor (prep_ctas); its
-// keepers are as many multiprocessors as the scan leaves, and the others stop claiming at
-// exit_item, chosen so that the keepers take the remaining items in about the scan's time, at
-// kPrepItemSmUs us of one multiprocessor per item and kScanChunkUs us per chunk of the scan beside
-// the prep (H200, K = V = 128, the bf16 serving path at B = 1, T = 8192, HV = 96: the persistent
-// prep's items cost ~3 % more than one CTA per item, and the scan runs ~8 % slower beside it;
-// twenty-ninth session, development runs 11-13, chunk_fwd README).
+// The prep / scan hand-off (handoff.cuh), taken where it fits (handoff_fits) and the scan runs
+// one 8-warp CTA per state chain (vsplit 1, one segment: plan_scan's choice there unless the
+// time split takes the call). The prep then runs as kMinBlocks persistent CTAs per multiprocessor
+// (prep_ctas); its keepers are as many multiprocessors as the scan leaves, and the others stop
+// claiming at exit_item, chosen so that the keepers take the remaining items in about the scan's
+// time, at kPrepItemSmUs us of one multiprocessor per item and kScanChunkUs us per chunk of the
+// scan beside the prep (H200, K = V = 128, the bf16 serving path at B = 1, T = 8192, HV = 96: the
+// persistent prep's items cost ~3 % more than one CTA per item, and the scan runs ~8 % slower
+// beside it; twenty-ninth session, development runs 11-13, chunk_fwd README).
 struct PrepPlan {
   int64_t ctas = 0;
   bool handoff = false;
   int32_t keeper_sms = 0;
   int32_t exit_item = 0;
 };
-constexpr int64_t kMinKeeperSms = 8;
-constexpr int64_t kMinHandoffChunks = 64;
 constexpr double kPrepItemSmUs = 2.87;
 constexpr double kScanChunkUs = 1.77;
 
@@ -109,10 +123,7 @@ inline PrepPlan plan_prep(const PlanShape& d, const ScanPlan& scan, int64_t slot
   constexpr int kCtasPerSm = PrepTraits<128, kKernelChunk, PrepPath::kGeneric>::kMinBlocks;
   const int64_t items = slots * d.HV;
   const int64_t chains = d.N * d.HV, chunks = (d.T + d.BT - 1) / d.BT;
-  if (d.varlen || d.K != 128 || d.V != 128 || scan.nseg > 1 || scan.vsplit != 1 ||
-      chains > sms - kMinKeeperSms || chunks < kMinHandoffChunks) {
-    return plan;
-  }
+  if (!handoff_fits(d, sms) || scan.nseg > 1 || scan.vsplit != 1) return plan;
   plan.handoff = true;
   plan.ctas = std::min<int64_t>(items, int64_t{kCtasPerSm} * sms);
   plan.keeper_sms = static_cast<int32_t>(sms - chains);
