@@ -91,8 +91,15 @@ TEST(ChunkFwdPlan, TimeSplitForFewChainsOfDenseBatches) {
   // More than half the multiprocessors' worth of output CTAs (34 chains x 2 > 66): no split.
   EXPECT_EQ(plan_scan(dense(1, 65536, 34), kH200Sms).nseg, 1);
   EXPECT_EQ(plan_scan(dense(1, 65536, 33), kH200Sms).nseg, 4);
-  // varlen never splits in time (its chunk counts live on the device).
-  EXPECT_EQ(plan_scan(varlen(1, 65536, 16), kH200Sms).nseg, 1);
+  // One varlen sequence splits as a dense row of all T tokens would (its segments cover at most
+  // ceil(T / BT) chunks); several never do (their lengths live on the device).
+  const ScanPlan one = plan_scan(varlen(1, 65536, 16), kH200Sms);
+  EXPECT_EQ(one.vsplit, 2);
+  EXPECT_EQ(one.nseg, 8);
+  EXPECT_EQ(one.seg_chunks, 256);
+  EXPECT_EQ(plan_scan(varlen(1, 2100, 2), kH200Sms).nseg, 4);  // 66 chunks: 4 of 17
+  EXPECT_EQ(plan_scan(varlen(2, 65536, 16), kH200Sms).nseg, 1);
+  EXPECT_EQ(plan_scan(varlen(2, 65536, 16), kH200Sms).vsplit, 2);
 }
 
 TEST(ChunkFwdPlan, HandoffAtH96WithItsKeepersAndExitItem) {

@@ -499,6 +499,41 @@ def test_time_split_causal_and_deterministic():
     _assert_causal(inputs, case, o_ref, (100, 1023, 1024, 1500, 2040))
 
 
+# One varlen sequence splits in time as a dense row of all T tokens would (plan.h): its segments
+# cover ceil(T / BT) chunks, so with padding rows the last ones are empty (segments.cuh).
+SPLIT_VARLEN = [
+    # 1463 tokens from 37 (tail chunk of 23): segments of 17 chunks over 66, the fourth empty.
+    _case(T=2100, cu_seqlens=(37, 1500), H=1, HV=2, K=128, V=128, gate="lb", safe_gate=True,
+          l2norm=True, beta="sigmoid"),
+    _case(T=2100, cu_seqlens=(0, 2100), H=1, HV=1, K=64, V=128, v_first=True, h0_dtype="bf16",
+          gate="softplus", cu_dtype="i32"),
+]
+
+
+@pytest.mark.parametrize("case", params(SPLIT_VARLEN))
+def test_time_split_varlen_one_sequence(case):
+    """o, the final state and h match the reference, and repeated calls are bitwise equal: only
+    the segment with the last chunk writes the final state (the empty ones after it hold the
+    combine's f32 copy of it, which may differ in the last bits)."""
+    inputs = _cuda_inputs(case)
+    assert _uses_time_split(case, inputs)
+    _check_case(case, want_h=True, inputs=inputs)
+    first = _run(inputs, case)
+    for _ in range(2):
+        _assert_bitwise(first[:2], _run(inputs, case)[:2])
+
+
+def test_time_split_varlen_empty_sequence():
+    """An empty varlen sequence under the time split: every segment is empty, o is all padding
+    (0) and the final state is the initial one, written once, by segment 0."""
+    case = _case(T=1100, cu_seqlens=(300, 300), H=2, HV=2, K=128, V=64, gate="softplus")
+    inputs = _cuda_inputs(case)
+    assert _uses_time_split(case, inputs)
+    o, ht, _ = _run(inputs, case)
+    assert torch.equal(o, torch.zeros_like(o))
+    assert torch.equal(ht, inputs["initial_state"].float())
+
+
 # ---- the prep / scan hand-off (src/cuda/chunk_fwd/handoff.cuh) ----------------------------------
 # Dense batches at K = V = 128 with N HV chains in (SMs / 4, SMs - 8] (one 8-warp scan CTA each,
 # multiprocessors to spare; fewer chains take the time split) and >= 64 kernel chunks: the prep

@@ -163,8 +163,10 @@ struct ChunkFwdParams {
   // ---- scan split: each scan CTA owns `vs` = V / vsplit value columns of one state ----
   int32_t vsplit = 1;
   int32_t vs = 0;
-  // ---- time split (segments.cuh; dense batches with few state chains): every sequence's chunks
-  // in nseg segments of seg_chunks (the last may be shorter). nseg = 1: one segment of all chunks.
+  // ---- time split (segments.cuh; few state chains of a dense batch or of one varlen sequence):
+  // every sequence's chunks in nseg segments of seg_chunks (the last may be shorter; with varlen
+  // the segments cover ceil(T / BT) chunks, so those past the sequence's end are empty).
+  // nseg = 1: one segment of all chunks.
   int32_t nseg = 1;
   int64_t seg_chunks = 0;
 

@@ -50,11 +50,15 @@ struct PlanShape {
 // H = 64 (thirty-second session, development run 19; outputs bitwise equal): the call's CUDA-graph
 // replay 0.692-0.698 -> 0.606-0.608 ms.
 //
-// Time split (dense only: the segment grid needs every sequence's chunk count on the host): when
-// the chains at vs = 64 fill at most half of the multiprocessors, as many segments as keep one
-// wave of output CTAs at kSplitCtasPerSm per multiprocessor, each of at least kMinSegmentChunks
-// chunks (the transition and combine passes cost ~1.5 plain chunk steps per segment chunk, so
-// short segments do not pay).
+// Time split (dense batches, and varlen with one sequence: the segment grid needs every sequence's
+// chunk count on the host, and the one packed sequence has at most ceil(T / BT) chunks, the count
+// its segments then cover; those past its end are empty: segments.cuh): when the chains at vs = 64
+// fill at most half of the multiprocessors, as many segments as keep one wave of output CTAs at
+// kSplitCtasPerSm per multiprocessor, each of at least kMinSegmentChunks chunks (the transition
+// and combine passes cost ~1.5 plain chunk steps per segment chunk, so short segments do not
+// pay). Several varlen sequences are never split: their lengths live on the device, and a grid
+// sized for the longest possible one would give short sequences the transition pass's extra work
+// without spreading them over more multiprocessors.
 constexpr int64_t kMinSegmentChunks = 16;
 // The output pass's 4-warp CTAs (254 registers, 99 KB of shared memory at BT = 32, K = 128) fit
 // two per multiprocessor, and its serial chunk steps are latency-bound, so two co-resident CTAs
@@ -88,7 +92,7 @@ inline ScanPlan plan_scan(const PlanShape& d, int sms) {
   const int64_t chains = d.N * d.HV;
   plan.vsplit = (d.V == 128 && chains * 2 <= sms && !handoff_fits(d, sms)) ? 2 : 1;
   const int64_t chunks = (d.T + d.BT - 1) / d.BT;
-  if (d.varlen || chains == 0 || chunks == 0) return plan;
+  if ((d.varlen && d.N != 1) || chains == 0 || chunks == 0) return plan;
   const int64_t ctas = chains * (d.V / 64);  // output CTAs per segment at vs = 64
   if (2 * ctas > sms) return plan;
   const int64_t nseg = std::min<int64_t>(kSplitCtasPerSm * sms / ctas, chunks / kMinSegmentChunks);

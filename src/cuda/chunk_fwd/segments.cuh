@@ -1,5 +1,9 @@
-// Time split of the chunk_kda forward's scan, for dense batches whose N * HV state chains would
-// leave most multiprocessors idle (B = 1, T = 65536, H = 16: 16 chains of 1024 chunks each).
+// Time split of the chunk_kda forward's scan, for dense batches and single varlen sequences whose
+// N * HV state chains would leave most multiprocessors idle (B = 1, T = 65536, H = 16: 16 chains
+// of 2048 chunks each). A varlen sequence's segments cover the most chunks it can have,
+// ceil(T / BT) (plan.h); a segment past its end is empty: its transition is the identity (Z_s = 0,
+// M_s = I, the augmented state's start), the combine passes the state through it, and its output
+// CTAs compute nothing and write no final state (the segment with the last chunk writes it).
 // CPU twins: cpu/chunk_fwd.h fwd_segment_transition and fwd_segment_combine (the same passes;
 // tests/cpp/test_chunk_segments.cpp chains them against the serial scan).
 //
