@@ -383,9 +383,9 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     store_state<kK>(p.seg_state, DType::kF32, seg_index * kK * int64_t{p.V + kK}, p.V + kK, false,
                     vcol, s, rf.fwd);
   } else if (p.ht != nullptr && c_end >= nchunks && (c_begin < nchunks || c_begin == 0)) {
-    // The segment with the last chunk holds the final state; with a varlen time split, segments
-    // past the sequence's end are empty (their entering state is the combine's f32 copy of it,
-    // not written), and segment 0 holds that of an empty sequence.
+    // The segment with the last chunk holds the final state (segment 0 for an empty sequence).
+    // With a varlen time split the segments past the sequence's end are empty and must not write
+    // it: they enter with the combine's f32 copy of it, which can differ in the last bits.
     store_state<kK>(p.ht, DType::kF32, seq_head * head_state, p.V, p.v_first, vcol, s, rf.fwd);
   }
 }
