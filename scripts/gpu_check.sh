@@ -277,6 +277,10 @@ with torch.inference_mode():
     Ts = 2100
     serving_calls(bf16(1, Ts, 1, K), bf16(1, Ts, 1, K), bf16(1, Ts, 2, V), bf16(1, Ts, 2, K),
                   bf16(1, Ts, 2), torch.randn(1, 2, K, V, device="cuda"))
+    # the same for one varlen sequence with padding rows: its last segment is empty
+    serving_calls(bf16(1, Ts, 1, K), bf16(1, Ts, 1, K), bf16(1, Ts, 2, V), bf16(1, Ts, 2, K),
+                  bf16(1, Ts, 2), torch.randn(1, 2, K, V, device="cuda"),
+                  cu_seqlens=torch.tensor([37, 1500], dtype=torch.int32, device="cuda"))
     # prep / scan hand-off (dense, K = V = 128, SMs / 4 < HV <= SMs - 8, 64 chunks): the
     # persistent prep beside the scan
     Hh, Th = torch.cuda.get_device_properties(0).multi_processor_count // 2 + 1, 2048
