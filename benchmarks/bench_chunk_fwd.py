@@ -1,4 +1,4 @@
-"""Benchmark of the chunk_kda forward on CUDA: OpenKDA vs FLA's Triton chunk_kda and the memory floor.
+"""Benchmark of the chunk_kda forward on CUDA: OpenKDA, FLA's Triton chunk_kda, the memory floor.
 
 Conditions (issue 3): bf16 q/k/v/g/beta, K = V = 128, the safe gate (lower_bound = -5, A_log and
 dt_bias), q/k l2norm and beta sigmoid in the kernel, an f32 initial state in and the f32 final state
@@ -78,6 +78,16 @@ K = V = 128
 LOWER_BOUND = -5.0
 
 
+def select_cases(parser: argparse.ArgumentParser, flag: str, subs) -> list:
+    """The cases whose names contain one of `subs` (all when subs is None or empty); a parser
+    error naming `flag` when none does."""
+    cases = [c for c in CASES if not subs or any(s in c.name for s in subs)]
+    if not cases:
+        parser.error(f"{flag} {' '.join(subs)}: no case matches; expected substrings of "
+                     + ", ".join(c.name for c in CASES))
+    return cases
+
+
 def make_inputs(case: BenchCase, device: str = "cuda", seed: int = 0) -> tuple[list, dict]:
     gen = torch.Generator(device=device).manual_seed(seed)
     T, H = case.total_tokens, case.H
@@ -113,7 +123,8 @@ def make_inputs(case: BenchCase, device: str = "cuda", seed: int = 0) -> tuple[l
 
 
 def floor_bytes(case: BenchCase) -> int:
-    """Bytes every implementation must move: q, k, v, g, beta in, o out (bf16), h0 in, ht out (f32)."""
+    """Bytes every implementation must move: q, k, v, g, beta in, o out (bf16), h0 in, ht out
+    (f32)."""
     T, H = case.total_tokens, case.H
     io = 2 * (T * H * (3 * K + V) + T * H + T * H * V)
     states = 2 * 4 * case.N * H * K * V
@@ -202,7 +213,8 @@ def graph_time(fn, warmup_ms: float, repeat: int) -> Timing | None:
 
 
 def kernel_split(fn) -> str:
-    """Per-kernel CUDA time of one call of fn (torch.profiler), e.g. 'prep 1.20 ms, scan 0.80 ms'."""
+    """Per-kernel CUDA time of one call of fn (torch.profiler), e.g. 'prep 1.20 ms, scan 0.80
+    ms'."""
     try:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -273,7 +285,9 @@ def accuracy(ref: tuple, out: tuple) -> tuple:
     return rel_rms(ref[0], out[0]), rel_rms(ref[1], out[1])
 
 
-def run(args) -> tuple:
+def run(args, cases: list, fla_cases: list) -> tuple:
+    """The table's rows for `cases` (FLA on those also in `fla_cases`), the copy bandwidth and
+    FLA's version."""
     import openkda
 
     if args.quick:
@@ -283,8 +297,6 @@ def run(args) -> tuple:
     bandwidth = copy_bandwidth(args.warmup_ms, args.repeat)
     print(f"# copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)", file=sys.stderr,
           flush=True)
-    cases = [case for case in CASES
-             if not args.cases or any(sel in case.name for sel in args.cases)]
     # Phase 1: OpenKDA's timings, case after case, before anything else runs. The float64
     # reference (seconds of CPU work per case) and FLA (autotuning ~90 s per new shape) come after
     # them: in the thirtieth session's first GPU check the OpenKDA cases timed after FLA's
@@ -315,8 +327,7 @@ def run(args) -> tuple:
         torch.cuda.empty_cache()
     # Phase 2: accuracy of both implementations, and FLA's timings.
     for case, row in zip(cases, rows):
-        with_fla = fla_fn is not None and (args.fla_cases is None
-                                           or any(s in case.name for s in args.fla_cases))
+        with_fla = fla_fn is not None and case in fla_cases
         if args.no_accuracy and not with_fla:
             continue
         pos, kw = make_inputs(case)
@@ -447,17 +458,20 @@ def main() -> int:
         parser.error(f"--repeat {args.repeat}; expected at least 1 timed call")
     if args.warmup_ms < 0:
         parser.error(f"--warmup-ms {args.warmup_ms}; expected >= 0")
+    cases = select_cases(parser, "--cases", args.cases)
+    fla_cases = select_cases(parser, "--fla-cases", args.fla_cases)
     if not torch.cuda.is_available():
         print("CUDA is not available", file=sys.stderr)
         return 1
-    rows, bandwidth, fla_version = run(args)
+    rows, bandwidth, fla_version = run(args, cases, fla_cases)
     table = markdown(rows, bandwidth, fla_version, args.warmup_ms, args.repeat)
     print(table)
     if args.markdown:
         os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
         with open(args.markdown, "w") as f:
             f.write(table)
-    plot_path = args.plot or (os.path.splitext(args.markdown)[0] + ".png" if args.markdown else None)
+    plot_path = args.plot or (
+        os.path.splitext(args.markdown)[0] + ".png" if args.markdown else None)
     if plot_path and rows:
         plot(rows, plot_path)
     return 0

@@ -100,10 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}; expected at least 1 call")
-    cases = [c for c in bench.CASES if not args.cases or any(s in c.name for s in args.cases)]
-    if not cases:
-        parser.error(f"--cases {' '.join(args.cases)}: no case matches; expected substrings of "
-                     + ", ".join(c.name for c in bench.CASES))
+    cases = bench.select_cases(parser, "--cases", args.cases)
     if not torch.cuda.is_available():
         print("CUDA is not available", file=sys.stderr)
         return 1

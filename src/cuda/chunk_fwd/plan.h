@@ -1,11 +1,11 @@
-// Host-side plans of the chunk_kda forward's grids, made once per call by launch.cu from the
+// Host-side plans of the chunk_kda forward's grids, made by launch.cu's workspace_layout from the
 // call's sizes and the device's multiprocessor count:
 //   plan_scan  how the scan covers the state chains: the V split (4- or 8-warp CTAs) and the time
 //              split (segments.cuh);
 //   plan_prep  whether the prep hands its tiles to a scan running beside it (handoff.cuh), and
 //              that hand-off's persistent grid, keepers and exit item.
 // Plain C++ (no CUDA calls), so that the C++ tests check the choices at any multiprocessor count
-// (tests/cpp/test_chunk_fwd_paths.cpp).
+// (tests/cpp/test_chunk_fwd_plan.cpp).
 #pragma once
 
 #include <algorithm>
