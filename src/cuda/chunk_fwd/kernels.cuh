@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     const int nk = static_cast<int>(c_end - c_begin);
     if (nk > 0) {
       handoff_wait(p, int64_t{hv} * p.slots + first_chunk + c_begin,
-                   min(Tr::wq_buffers(16 * kWarps), nk) - 1, nk, sReady);
+                   min(Tr::copy_lead(16 * kWarps), nk) - 1, nk, sReady);
     }
   }
 
@@ -279,26 +279,26 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   // by thread 0:
   //   WQ(c)   sKe, sQg (, sKa)             WQ buffer w = k % kWq (kWq = Tr::wq_buffers: 1 or 2),
   //                                        on bar_wq(w) (phase k / kWq)
-  //   REST(c) sA, sTinv, sKgT, sGamma, sV  REST buffer b = k % 2, on bar_rest(b) (phase k / 2)
-  // The prologue issues WQ(0 .. kWq - 1) and REST(0). Right after chunk c's mid-chunk block
-  // barrier every warp is done with WQ buffer w (chunk c's sKe / sQg) and, having finished chunk
-  // c - 1, with REST buffer 1 - b (write-after-read), so thread 0 then issues REST(c + 1) and
-  // WQ(c + kWq) into them, the one read first first; that barrier is the only one per chunk. A
-  // thread waits on the phase parity of a group before its first read of it (the engine's writes
-  // are then visible to it and to its wgmma): WQ(c) at the top of chunk c, REST(c) in the
-  // mid-chunk hook. Nothing is in flight at exit.
+  //   REST(c) sA, sTinv, sKgT, sGamma, sV  REST buffer b = k % kRest (kRest = Tr::rest_buffers:
+  //                                        2 or 3), on bar_rest(b) (phase k / kRest)
+  // The prologue issues WQ(0 .. kWq - 1) and REST(0 .. kRest - 2). Right after chunk c's
+  // mid-chunk block barrier every warp is done with WQ buffer w (chunk c's sKe / sQg) and, having
+  // finished chunk c - 1, with REST buffer (k - 1) % kRest (write-after-read), so thread 0 then
+  // issues WQ(c + kWq) and REST(c + kRest - 1) into them, the one read first first; that barrier
+  // is the only one per chunk. A thread waits on the phase parity of a group before its first
+  // read of it (the engine's writes are then visible to it and to its wgmma): WQ(c) at the top of
+  // chunk c, REST(c) in the mid-chunk hook. Nothing is in flight at exit.
   constexpr int kVs = 16 * kWarps;
   constexpr int kWq = Tr::wq_buffers(kVs);
+  constexpr int kRest = Tr::rest_buffers(kVs);
   const uint32_t bar0 = smem_address(smem + Tr::bar_offset(kVs));
   const bool with_v = !m_part;
   const auto bar_wq = [&](int b) { return bar0 + 8 * b; };
-  const auto bar_rest = [&](int b) { return bar0 + 8 * (2 + b); };
+  const auto bar_rest = [&](int b) { return bar0 + 8 * (Tr::kMaxBuffers + b); };
   if (threadIdx.x == 0) {
     if (v_by_tensor_map(scan_v_dtype<Tr>(p))) prefetch_tensor_map(&p.v_map);
-    for (int b = 0; b < 2; ++b) {
-      mbarrier_init(bar_wq(b), 1);
-      mbarrier_init(bar_rest(b), 1);
-    }
+    for (int b = 0; b < kWq; ++b) mbarrier_init(bar_wq(b), 1);
+    for (int b = 0; b < kRest; ++b) mbarrier_init(bar_rest(b), 1);
     fence_mbarrier_init();
   }
   __syncthreads();  // the initialised barriers, before any thread issues or waits
@@ -319,8 +319,9 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
   if (threadIdx.x == 0 && nk > 0) {  // the prologue
     for (int k = 0; k < kWq && k < nk; ++k)
       scan_load_wq<Tr>(p, tile0 + k, smem + Tr::wq_offset(k), bar_wq(k));
-    scan_load_rest<Tr, kVs>(p, tile0, span.bos + c_begin * kBT, hv, v0, with_v,
-                            smem + Tr::rest_offset(0, kVs), bar_rest(0));
+    for (int k = 0; k < kRest - 1 && k < nk; ++k)
+      scan_load_rest<Tr, kVs>(p, tile0 + k, span.bos + (c_begin + k) * kBT, hv, v0, with_v,
+                              smem + Tr::rest_offset(k, kVs), bar_rest(k));
   }
   // With two warpgroups (vs = 128) chunk c's o is stored while chunk c + 1's X^T / O^T products
   // run (their stores contend for the LSU; scan -4 % at B1-T8192-H96); with one it is stored at
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
     const int64_t t0 = span.bos + c * kBT;
     const int nv = static_cast<int>(min(int64_t{kBT}, span.len - c * kBT));
     const int64_t tile = tile0 + k;
-    const int b = k & 1, w = k % kWq;
+    const int b = k % kRest, w = k % kWq;
     if (!kTransition && scan_h_snapshots<Tr>(p) && c % p.h_every == 0) {  // a snapshot chunk
       const int64_t row = h_base + c / p.h_every;
       if (row < p.h_chunks)
@@ -348,22 +349,28 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 2 : 1)
           if (kLateO && k > 0) store_o<Tr, kVs>(p, hv, t0 - kBT, kBT, v0, o_prev);
         },
         [&]() {
-          __syncthreads();  // WQ buffer w and REST buffer 1 - b are free (see above)
-          // Hand-off: the tiles copied below (chunks k + 1 .. k + kWq) must be ready. Here, past
-          // a block barrier, the wait's ordering constraints cost the chunk's code no schedule.
+          __syncthreads();  // WQ buffer w and REST buffer (k - 1) % kRest are free (see above)
+          // Hand-off: the tiles copied below (chunks up to k + copy_lead) must be ready. Here,
+          // past a block barrier, the wait's ordering constraints cost the chunk's code no
+          // schedule.
           if (kHandoff && threadIdx.x < 32 && k + 1 < nk)
-            handoff_wait(p, tile0, min(k + kWq, nk - 1), nk, sReady);
+            handoff_wait(p, tile0, min(k + Tr::copy_lead(kVs), nk - 1), nk, sReady);
           if (threadIdx.x == 0) {
-            // In the order of their first reads: with one WQ buffer WQ(c + 1) (top of chunk c + 1)
-            // before REST(c + 1) (its middle), with two REST(c + 1) before WQ(c + 2).
-            const bool wq = k + kWq < nk, rest = k + 1 < nk;
-            if (kWq == 1 && wq) scan_load_wq<Tr>(p, tile + 1, smem + Tr::wq_offset(0), bar_wq(0));
+            // In the order of their first reads: WQ(c + kWq) at the top of chunk c + kWq,
+            // REST(c + kRest - 1) in the middle of chunk c + kRest - 1.
+            constexpr int kAheadRest = kRest - 1;
+            const bool wq = k + kWq < nk, rest = k + kAheadRest < nk;
+            const int rb = (k + kAheadRest) % kRest;
+            const auto load_wq = [&] {
+              if (wq) scan_load_wq<Tr>(p, tile + kWq, smem + Tr::wq_offset(w), bar_wq(w));
+            };
+            if constexpr (kWq < kRest) load_wq();
             if (rest)
-              scan_load_rest<Tr, kVs>(p, tile + 1, t0 + kBT, hv, v0, with_v,
-                                      smem + Tr::rest_offset(1 - b, kVs), bar_rest(1 - b));
-            if (kWq == 2 && wq) scan_load_wq<Tr>(p, tile + 2, smem + Tr::wq_offset(w), bar_wq(w));
+              scan_load_rest<Tr, kVs>(p, tile + kAheadRest, t0 + kAheadRest * kBT, hv, v0, with_v,
+                                      smem + Tr::rest_offset(rb, kVs), bar_rest(rb));
+            if constexpr (kWq >= kRest) load_wq();
           }
-          mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k >> 1) & 1));  // REST(c)
+          mbarrier_wait(bar_rest(b), static_cast<uint32_t>((k / kRest) & 1));  // REST(c)
         });
     if constexpr (kLateO) {
 #pragma unroll

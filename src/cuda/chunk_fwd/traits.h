@@ -142,8 +142,8 @@ struct ScanTraits {
   //     tf32 (f16 with kF16Keys: half_pair_image_offset): wgmma B operands, 128-byte swizzled
   //     K-major (wgmma.cuh), rows in the pair order of scan_row (tile_image.h). sQg is empty in
   //     the transition pass. With kF16Keys, sKa [kBT] f32 follows (the row anchors, pair order).
-  //   two REST buffers (chunks of even and odd index from the segment's first; kRest* are byte
-  //     offsets within a buffer, which starts 1024-byte aligned at rest_offset(buffer, vs)):
+  //   rest_buffers(vs) REST buffers (chunk c_begin + k in buffer k % rest_buffers; kRest* are
+  //     byte offsets within a buffer, which starts 1024-byte aligned at rest_offset(buffer, vs)):
   //     sA [kBT][kBT] tf32 (A_qk; swizzled, pair order; empty in the transition pass; with
   //     kF16Keys f16 in half of each 128-byte row, half_pair_image_offset), sTinv
   //     [kBT][kBT] tf32 (Tinv' = Tinv diag(beta), the B operand of v_new^T = R^T Tinv'^T; the same
@@ -152,12 +152,13 @@ struct ScanTraits {
   //     image, read MN-major), sGamma [kK], sV [vs / 64][kBT][64] (the
   //     prep's f32 v image, XOR-swizzled columns; or, in its first half, the tensor-map boxes of a
   //     16-bit v, 128-byte swizzled: 1024-byte aligned).
-  //   bar [4] at bar_offset(vs): the mbarriers of the bulk copies into WQ buffers 0 and 1 and
-  //     REST buffers 0 and 1 (kernels.cuh; WQ buffer 1's is unused with one WQ buffer).
+  //   bar [kMaxBuffers + kMaxBuffers] at bar_offset(vs): the mbarriers of the bulk copies into
+  //     WQ buffers 0 .. 2, then REST buffers 0 .. 2 (kernels.cuh; those of absent buffers unused).
   //   ready [1] int at ready_offset(vs): the hand-off scan's tiles known ready (handoff.cuh;
   //     smem_bytes(vs, true): 8 bytes more).
-  // Sizes at K = 128: 147 KB at vs = 128 (two WQ buffers), 99 KB for the 4-warp output CTA (one),
-  // 91 KB for the transition CTA (two WQ buffers of sKe alone).
+  // Sizes at K = 128 with f16 keys: 134 KB at vs = 128 (two WQ and three REST buffers), 68 KB
+  // for the 4-warp output CTA (one and two), 61 KB for the transition CTA (two WQ buffers of sKe
+  // alone, two REST); with tf32 keys 188, 99 and 91 KB.
   static constexpr int kOffKe = 0;  // within a WQ buffer
   static constexpr int kOffQg = kOffKe + kBT * kK * kKeyBytes;
   // With f16 keys, sKa [kBT] f32 after the key tiles: the rows' anchors exp2(A_j) (params.h: ka).
@@ -179,21 +180,41 @@ struct ScanTraits {
     return (kTransition || vs == 128) ? 2 : 1;
   }
   OPENKDA_HOST_DEVICE static constexpr int wq_offset(int buffer) { return buffer * kWqBytes; }
+  // REST buffers: three for the 8-warp output CTA (one per SM), so that chunk c + 2's REST
+  // copies start at chunk c's mid-chunk barrier, 2 chunks before their first read instead of 1
+  // (where every multiprocessor runs a chain, as at varlen8x4096, the copies share DRAM with 131
+  // others); two for the 4-warp CTAs, which must fit twice per SM.
+  OPENKDA_HOST_DEVICE static constexpr int rest_buffers(int vs) {
+    return (!kTransition && vs == 128) ? 3 : 2;
+  }
+  static constexpr int kMaxBuffers = 3;  // of either kind: the mbarriers' slots
+  // How far ahead the copies reach: the prologue copies chunks [0, copy_lead), chunk k's
+  // mid-chunk barrier those up to k + copy_lead (the hand-off's ready marks cover as much).
+  OPENKDA_HOST_DEVICE static constexpr int copy_lead(int vs) {
+    return wq_buffers(vs) > rest_buffers(vs) - 1 ? wq_buffers(vs) : rest_buffers(vs) - 1;
+  }
   OPENKDA_HOST_DEVICE static constexpr int rest_bytes(int vs) {
     return (kRestV + 4 * kBT * vs + 1023) / 1024 * 1024;
   }
   OPENKDA_HOST_DEVICE static constexpr int rest_offset(int buffer, int vs) {
     return wq_buffers(vs) * kWqBytes + buffer * rest_bytes(vs);
   }
-  // mbarriers: WQ buffers 0 and 1, then REST buffers 0 and 1.
-  OPENKDA_HOST_DEVICE static constexpr int bar_offset(int vs) { return rest_offset(2, vs); }
-  OPENKDA_HOST_DEVICE static constexpr int ready_offset(int vs) { return bar_offset(vs) + 4 * 8; }
+  // mbarriers: WQ buffers 0 .. 2, then REST buffers 0 .. 2.
+  OPENKDA_HOST_DEVICE static constexpr int bar_offset(int vs) {
+    return rest_offset(rest_buffers(vs), vs);
+  }
+  OPENKDA_HOST_DEVICE static constexpr int ready_offset(int vs) {
+    return bar_offset(vs) + 2 * kMaxBuffers * 8;
+  }
   OPENKDA_HOST_DEVICE static constexpr size_t smem_bytes(int vs, bool handoff = false) {
     return static_cast<size_t>(kAlign + ready_offset(vs) + (handoff ? 8 : 0));
   }
 
   static_assert(kK == 64 || kK == 128, "compiled head dims: K in {64, 128}");
-  static_assert(kBT == 32, "planned for the kernels' 32-token chunks (two REST buffers)");
+  static_assert(kBT == 32, "planned for the kernels' 32-token chunks");
+  static_assert(wq_buffers(64) <= kMaxBuffers && wq_buffers(128) <= kMaxBuffers &&
+                    rest_buffers(64) <= kMaxBuffers && rest_buffers(128) <= kMaxBuffers,
+                "an mbarrier slot per buffer");
   static_assert(kOffQg % 1024 == 0 && kWqBytes % 1024 == 0 && kRestTinv % 1024 == 0 &&
                     kRestKgT % 1024 == 0,
                 "swizzled wgmma tiles start 1024-byte aligned");
