@@ -62,14 +62,16 @@
 // Grid mapping: one CTA per (sequence n, value head hv, V slice): blockIdx.x =
 // (n * HV + hv) * vsplit + slice, vs / 16 warps (vs in {64, 128}). The CTA walks the sequence's
 // chunks in order. Shared memory (ScanTraits): sKe, sQg [BT][K] swizzled (with f16 keys f16, and
-// sKa [BT] f32 after them; two chunks' buffers at vs = 128, one at vs = 64), two REST buffers of
-// sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and sV [vs / 64][BT][64] (f32; 16-bit
-// boxes fill half of it), four mbarriers: 147 KB at K = 128, BT = 32, vs = 128 (99 KB at vs = 64:
-// two 4-warp CTAs per SM). Every tile is a bulk copy of the prep's image of it (tile_image.h), but
-// for a 16-bit v's boxes, which one tensor-map load per 64 value columns takes from v (rows t0 ..
-// t0 + BT - 1 of [tokens, HV V]). Pipeline (kernels.cuh): at this chunk's mid-chunk barrier the
-// next chunk's REST tiles go into the other REST buffer, and the sKe / sQg of the chunk after the
-// next (vs = 128) or of the next (vs = 64) into the WQ buffer just read. scan_step hands o back to
+// sKa [BT] f32 after them; two chunks' buffers at vs = 128, one at vs = 64), REST buffers (three
+// at vs = 128, two at vs = 64) of sA, sTinv [BT][BT] and sKgT [K][BT] swizzled, sGamma [K] and
+// sV [vs / 64][BT][64] (f32; 16-bit boxes fill half of it), one mbarrier per buffer: 134 KB at
+// K = 128, BT = 32, vs = 128 with f16 keys (68 KB at vs = 64: two 4-warp CTAs per SM; traits.h).
+// Every tile is a bulk copy of the prep's image of it (tile_image.h), but for a 16-bit v's boxes,
+// which one tensor-map load per 64 value columns takes from v (rows t0 .. t0 + BT - 1 of
+// [tokens, HV V]). Pipeline (kernels.cuh): at this chunk's mid-chunk barrier the REST tiles of
+// the chunk after the next (vs = 128) or of the next (vs = 64) go into the REST buffer that the
+// last chunk read, and the sKe / sQg of the chunk after the next (vs = 128) or of the next
+// (vs = 64) into the WQ buffer just read. scan_step hands o back to
 // the kernel, which stores it at once (vs = 64) or one chunk late, while the next chunk's X^T / O^T
 // products run (vs = 128: store_o). The tile loads, v's fragment reads and o's stores are in
 // scan_io.cuh.

@@ -182,8 +182,10 @@ struct ScanTraits {
   OPENKDA_HOST_DEVICE static constexpr int wq_offset(int buffer) { return buffer * kWqBytes; }
   // REST buffers: three for the 8-warp output CTA (one per SM), so that chunk c + 2's REST
   // copies start at chunk c's mid-chunk barrier, 2 chunks before their first read instead of 1
-  // (where every multiprocessor runs a chain, as at varlen8x4096, the copies share DRAM with 131
-  // others); two for the 4-warp CTAs, which must fit twice per SM.
+  // (scan -2 to -3 % at B1-T8192-H96 and varlen8x4096, outputs bitwise equal; a third WQ buffer
+  // there added nothing: chunk_fwd README, thirty-third session); two for the 4-warp CTAs. With
+  // f16 keys three REST and two WQ buffers would still fit two 4-warp CTAs per SM, but the
+  // time split's transition pass ran 9 % slower with them (the same session).
   OPENKDA_HOST_DEVICE static constexpr int rest_buffers(int vs) {
     return (!kTransition && vs == 128) ? 3 : 2;
   }
