@@ -26,6 +26,7 @@ and from CUDA events:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import torch
@@ -42,15 +43,22 @@ def host_us(fn, repeat: int) -> float:
     return bench.time_ms(fn, 0.0, repeat).host_us
 
 
+@contextlib.contextmanager
+def run_core_replaced(fn):
+    """openkda._ops.run_core replaced by fn inside the block (the Python layer's one core call)."""
+    real = _ops.run_core
+    _ops.run_core = fn
+    try:
+        yield
+    finally:
+        _ops.run_core = real
+
+
 def core_call(pos: list, kw: dict) -> tuple:
     """The (tensors, options) that one chunk_kda call hands to run_core."""
     seen = {}
-    real = _ops.run_core
-    _ops.run_core = lambda op, device, tensors, options: seen.update(t=tensors, o=options)
-    try:
+    with run_core_replaced(lambda op, device, tensors, options: seen.update(t=tensors, o=options)):
         openkda.chunk_kda(*pos, **kw)
-    finally:
-        _ops.run_core = real
     return seen["t"], seen["o"]
 
 
@@ -70,12 +78,8 @@ def measure(case, repeat: int) -> dict:
         torch.empty(nbytes, dtype=torch.uint8, device=device))
     x = torch.zeros(16, device=device)
     r = {"call": host_us(call, repeat)}
-    real = _ops.run_core
-    _ops.run_core = lambda *args, **kwargs: None
-    try:
+    with run_core_replaced(lambda *args, **kwargs: None):
         r["wrapper"] = host_us(call, repeat)
-    finally:
-        _ops.run_core = real
     r["run_core"] = host_us(lambda: _config.run_core("chunk_fwd", device, tensors, options),
                             repeat)
     r["capsules"] = host_us(capsules, repeat)

@@ -114,7 +114,7 @@ struct WorkspaceLayout {
 WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   WorkspaceLayout L;
   // varlen: sum_n ceil(len_n / BT) <= floor((T + N (BT - 1)) / BT).
-  L.slots = d.varlen ? (d.T + d.N * (d.BT - 1)) / d.BT : d.B * ((d.T + d.BT - 1) / d.BT);
+  L.slots = d.varlen ? (d.T + d.N * (d.BT - 1)) / d.BT : d.B * d.chunks();
   size_t at = 0;
   const auto take = [&](int64_t bytes) {
     const size_t offset = at;
@@ -136,7 +136,7 @@ WorkspaceLayout workspace_layout(const Dims& d, int sms) {
   L.v_img = take(!d.v_map ? d.HV * L.slots * d.BT * d.V * int64_t{sizeof(float)} : 0);
   L.gamma = take(d.HV * L.slots * d.K * int64_t{sizeof(float)});
   L.plan = plan_scan(d, sms);
-  const int64_t segs = L.plan.nseg > 1 ? d.N * d.HV * L.plan.nseg : 0;
+  const int64_t segs = L.plan.nseg > 1 ? d.chains() * L.plan.nseg : 0;
   L.seg_state = take(segs * d.K * (d.V + d.K) * int64_t{sizeof(float)});
   L.seg_init = take(segs * d.K * d.V * int64_t{sizeof(float)});
   L.prep = plan_prep(d, L.plan, L.slots, sms);
@@ -216,7 +216,7 @@ ChunkFwdParams make_params(const ChunkFwdArgs& a, const Dims& d, const Workspace
   p.T = d.T;
   p.N = d.N;
   p.tokens = d.B * d.T;
-  p.NT_b = (d.T + d.BT - 1) / d.BT;
+  p.NT_b = d.chunks();
   p.NT_h = (d.T + d.h_BT - 1) / d.h_BT;
   p.slots = L.slots;
   p.H = static_cast<int32_t>(d.H);
@@ -326,7 +326,7 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
   constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();
   // The largest grids: the prep's chunk slots HV, the scan's N HV vsplit (vsplit <= 2; a time
   // split only when N HV is below the multiprocessor count).
-  const int64_t prep_ctas = L.slots * d.HV, scan_ctas = d.N * d.HV * 2;
+  const int64_t prep_ctas = L.slots * d.HV, scan_ctas = d.chains() * 2;
   if (prep_ctas > kMaxGrid || scan_ctas > kMaxGrid) {
     return not_supported("T = " + std::to_string(d.T) + ", N = " + std::to_string(d.N) +
                          ", HV = " + std::to_string(d.HV) + ": " + std::to_string(prep_ctas) +
@@ -352,7 +352,7 @@ Status chunk_fwd_can_implement(const ChunkFwdArgs& a) {
         "final_state shares memory with initial_state; expected separate buffers "
         "when the scan is split in time (" +
         std::to_string(L.plan.nseg) +
-        " segments per sequence for N HV = " + std::to_string(d.N * d.HV) + " state chains)");
+        " segments per sequence for N HV = " + std::to_string(d.chains()) + " state chains)");
   }
   return Status::Ok();
 }

@@ -32,6 +32,9 @@ struct PlanShape {
   int64_t T = 0;  // tokens per row (dense) or in all (varlen)
   int64_t BT = kKernelChunk;
   bool varlen = false;
+
+  int64_t chains() const { return N * HV; }             // state chains
+  int64_t chunks() const { return (T + BT - 1) / BT; }  // kernel chunks of T tokens
 };
 
 // How the scan covers the state chains: `vsplit` CTAs of vs = V / vsplit value columns per chain
@@ -76,9 +79,8 @@ constexpr int64_t kMinKeeperSms = 8;
 constexpr int64_t kMinHandoffChunks = 64;
 
 inline bool handoff_fits(const PlanShape& d, int sms) {
-  const int64_t chains = d.N * d.HV, chunks = (d.T + d.BT - 1) / d.BT;
-  return !d.varlen && d.K == 128 && d.V == 128 && chains <= sms - kMinKeeperSms &&
-         chunks >= kMinHandoffChunks;
+  return !d.varlen && d.K == 128 && d.V == 128 && d.chains() <= sms - kMinKeeperSms &&
+         d.chunks() >= kMinHandoffChunks;
 }
 
 struct ScanPlan {
@@ -89,9 +91,8 @@ struct ScanPlan {
 
 inline ScanPlan plan_scan(const PlanShape& d, int sms) {
   ScanPlan plan;
-  const int64_t chains = d.N * d.HV;
+  const int64_t chains = d.chains(), chunks = d.chunks();
   plan.vsplit = (d.V == 128 && chains * 2 <= sms && !handoff_fits(d, sms)) ? 2 : 1;
-  const int64_t chunks = (d.T + d.BT - 1) / d.BT;
   if ((d.varlen && d.N != 1) || chains == 0 || chunks == 0) return plan;
   const int64_t ctas = chains * (d.V / 64);  // output CTAs per segment at vs = 64
   if (2 * ctas > sms) return plan;
@@ -126,12 +127,11 @@ inline PrepPlan plan_prep(const PlanShape& d, const ScanPlan& scan, int64_t slot
   // Every prep path has the same occupancy (traits.h).
   constexpr int kCtasPerSm = PrepTraits<128, kKernelChunk, PrepPath::kGeneric>::kMinBlocks;
   const int64_t items = slots * d.HV;
-  const int64_t chains = d.N * d.HV, chunks = (d.T + d.BT - 1) / d.BT;
   if (!handoff_fits(d, sms) || scan.nseg > 1 || scan.vsplit != 1) return plan;
   plan.handoff = true;
   plan.ctas = std::min<int64_t>(items, int64_t{kCtasPerSm} * sms);
-  plan.keeper_sms = static_cast<int32_t>(sms - chains);
-  const double rest = static_cast<double>(plan.keeper_sms) * static_cast<double>(chunks) *
+  plan.keeper_sms = static_cast<int32_t>(sms - d.chains());
+  const double rest = static_cast<double>(plan.keeper_sms) * static_cast<double>(d.chunks()) *
                       kScanChunkUs / kPrepItemSmUs;
   plan.exit_item = static_cast<int32_t>(std::max(0.0, static_cast<double>(items) - rest));
   return plan;
