@@ -20,9 +20,15 @@ H200).
     python benchmarks/bench_chunk_fwd.py --markdown benchmarks/results/h200-$(date +%F).md
         # also writes the table there and a plot next to it (.png, when matplotlib imports)
 
-Each case is printed (stderr) as soon as it is measured, with OpenKDA's per-kernel split (prep /
-scan, from one torch.profiler call; --no-kernels skips it). OpenKDA's cases are all timed first;
-the float64 references and FLA (its timings and its autotuning) run after them. FLA autotunes
+Each case is printed (stderr) as soon as it is measured. OpenKDA's cases are all timed first;
+the float64 references and FLA (its timings and its autotuning) run after them, and OpenKDA's
+per-kernel split (prep / scan, one torch.profiler call per case; --no-kernels skips it) last:
+once the profiler has run in a process that captured a CUDA graph, torch leaves CUPTI attached
+(TEARDOWN_CUPTI=0, its workaround for CUPTI re-init crashes with CUDA graphs), and every later
+CUDA call of that process pays CUPTI's callbacks. While the split ran after each case's timing,
+the cases timed after the first lost 0.06-0.13 ms of host time per call to it in the
+thirty-fourth session's GPU check (k-run: 57 us per call at the first case, 119-191 at the
+others, against 57-64 for all five in host_time.py's own process; chunk_fwd README). FLA autotunes
 once per shape inside its warm-up calls, about 70 s per new shape on the H200, or 4-6 s with
 Triton's autotune results cached on disk (scripts/gpu_check.sh unpacks benchmarks/fla_autotune/;
 --fla-cases limits FLA to some cases); without FLA the whole run takes well under a minute.
@@ -316,11 +322,9 @@ def run(args, cases: list, fla_cases: list) -> tuple:
                        graph_ms=graph.median if graph else None,
                        floor_ms=floor_bytes(case) / bandwidth * 1e3,
                        fla_ms=None, bar_ms=case.bar_ms, acc=None, fla_acc=None)
-            split = "" if args.no_kernels else kernel_split(ours_fn)
         print(f"# {case.name}: openkda {timing.median:.3f} ms ({timing.spread()}; floor "
               f"{row['floor_ms']:.3f}, bar {case.bar_ms:.1f})" +
               (f" graph {graph.median:.3f} ms ({graph.spread()})" if graph else "") +
-              (f" [{split}]" if split else "") +
               f"  t={time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
         rows.append(row)
         del pos, kw
@@ -356,6 +360,15 @@ def run(args, cases: list, fla_cases: list) -> tuple:
                     print(f"# FLA failed on {case.name}: {type(exc).__name__}: {exc}",
                           file=sys.stderr, flush=True)
         del pos, kw, ref
+        torch.cuda.empty_cache()
+    # Phase 3: OpenKDA's per-kernel split, after every timing (the module docstring says why).
+    for case in [] if args.no_kernels else cases:
+        pos, kw = make_inputs(case)
+        kw["chunk_size"] = args.chunk_size
+        with torch.inference_mode():
+            split = kernel_split(lambda: openkda.chunk_kda(*pos, **kw))
+        print(f"# {case.name}: openkda kernels [{split}]", file=sys.stderr, flush=True)
+        del pos, kw
         torch.cuda.empty_cache()
     return rows, bandwidth, fla_version
 
