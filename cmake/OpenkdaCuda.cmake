@@ -44,7 +44,7 @@ foreach(K 64 128)
   # chunk_kda forward: prep kernel per K (it never reads v) and path (traits.h: PrepPath), at the
   # kernels' chunk length (plan.h: kKernelChunk = 32)
   foreach(PREP_PATH kGeneric kSafeBF16 kSafeF16)
-    openkda_instantiate(chunk_fwd_prep_k${K}_bt32_${PREP_PATH} cuda/chunk_fwd/kernels.cuh
+    openkda_instantiate(chunk_fwd_prep_k${K}_bt32_${PREP_PATH} cuda/chunk_fwd/launchers.cuh
                         "OPENKDA_INSTANTIATE_CHUNK_FWD_PREP(${K}, 32, ${PREP_PATH})")
   endforeach()
 endforeach()
@@ -52,7 +52,7 @@ endforeach()
 # chunk-index kernel stay together in one unit, the one exception. NOTE: split one launcher per
 # unit, ptxas makes other inlining and register choices for the scan kernels' out-of-line helpers
 # (different machine code, cuobjdump), and that split has not been re-validated on the GPU.
-openkda_instantiate(chunk_fwd_scan cuda/chunk_fwd/kernels.cuh
+openkda_instantiate(chunk_fwd_scan cuda/chunk_fwd/launchers.cuh
                     "OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(64, 32)" "OPENKDA_INSTANTIATE_CHUNK_FWD_SCAN(128, 32)"
                     "OPENKDA_INSTANTIATE_CHUNK_FWD_INDEX()")
 

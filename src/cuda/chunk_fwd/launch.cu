@@ -21,7 +21,7 @@
 
 namespace openkda::cuda {
 namespace chunk_forward {
-// Defined in kernels.cuh; explicitly instantiated by cmake/OpenkdaCuda.cmake.
+// Defined in launchers.cuh; explicitly instantiated by cmake/OpenkdaCuda.cmake.
 template <int kThreads>
 cudaError_t launch_chunk_index(const ChunkFwdParams& p, cudaStream_t stream);
 template <int kK, int kBT, PrepPath kPath>
