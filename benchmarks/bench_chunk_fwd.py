@@ -218,29 +218,34 @@ def graph_time(fn, warmup_ms: float, repeat: int) -> Timing | None:
     return timing
 
 
+def kernel_times(fn) -> list:
+    """CUDA time of each kernel in one call of fn (torch.profiler), longest first, as (us, name)
+    pairs; openkda's kernels are named by their family (chunk_index, prep, scan: the time split's
+    two scan passes are two entries)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    parts = []
+    for ev in prof.key_averages():
+        us = getattr(ev, "device_time_total", None)
+        if us is None:
+            us = getattr(ev, "cuda_time_total", 0.0)
+        if us <= 0:
+            continue
+        name = ev.key
+        for short in ("chunk_index", "prep", "scan"):
+            if f"openkda_fwd_{short}_kernel" in name:
+                name = short
+                break
+        parts.append((us, name[:40]))
+    return sorted(parts, reverse=True)
+
+
 def kernel_split(fn) -> str:
-    """Per-kernel CUDA time of one call of fn (torch.profiler), e.g. 'prep 1.20 ms, scan 0.80
-    ms'."""
+    """kernel_times of one call of fn as text, e.g. 'prep 1.20 ms, scan 0.80 ms'."""
     try:
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        parts = []
-        for ev in prof.key_averages():
-            us = getattr(ev, "device_time_total", None)
-            if us is None:
-                us = getattr(ev, "cuda_time_total", 0.0)
-            if us <= 0:
-                continue
-            name = ev.key
-            for short in ("chunk_index", "prep", "scan"):
-                if f"openkda_fwd_{short}_kernel" in name:
-                    name = short
-                    break
-            parts.append((us, name[:40]))
-        parts.sort(reverse=True)
-        return ", ".join(f"{name} {us / 1e3:.3f} ms" for us, name in parts[:5])
+        return ", ".join(f"{name} {us / 1e3:.3f} ms" for us, name in kernel_times(fn)[:5])
     except Exception as exc:  # the split is a diagnostic only
         return f"kernel split unavailable ({type(exc).__name__})"
 

@@ -48,18 +48,13 @@ def inputs(heads: int, tokens: int, n: int, dense: bool, states: bool,
 
 
 def kernel_ms(fn, calls: int = 5) -> dict:
-    """Median CUDA time (ms) per openkda kernel family (prep, scan) over `calls` profiled
-    calls."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """Median CUDA time (ms) per openkda kernel family (prep, scan: a family's kernels summed)
+    over `calls` profiled calls (bench_chunk_fwd.kernel_times)."""
     per = {"prep": [], "scan": []}
     for _ in range(calls):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        for short, times in per.items():  # a family's kernels summed (the time split's passes)
-            times.append(sum(ev.device_time_total for ev in prof.key_averages()
-                             if f"openkda_fwd_{short}_kernel" in ev.key) / 1e3)
+        parts = bench.kernel_times(fn)
+        for family, times in per.items():
+            times.append(sum(us for us, name in parts if name == family) / 1e3)
     return {k: statistics.median(v) for k, v in per.items()}
 
 
